@@ -8,22 +8,32 @@ Every kernel module follows one pattern (copy :mod:`shared_core.kernels.sign_lmo
 3. ``<name>``: a ``torch.library.custom_op`` named ``shared_core::<name>`` whose default
    implementation is the reference, with ``register_kernel("cuda")`` pointing at the launcher
    and a ``register_fake`` for ``torch.compile``;
-4. an entry in :data:`KERNELS` below, which the GPU check and the tests iterate over.
+4. a :class:`KernelSpec` entry in :data:`KERNELS` below (with a random-input factory), which
+   ``tools/gpu_check.py`` and the tests iterate over.
 """
 
 from __future__ import annotations
 
+import torch
+
 from ._triton import HAS_TRITON, interpreting
+from .registry import KernelSpec
 from .sign_lmo import sign_lmo, sign_lmo_reference, sign_lmo_triton
 
-#: name -> (op, reference, triton launcher). The GPU check compiles and compares every entry.
-KERNELS = {
-    "sign_lmo": (sign_lmo, sign_lmo_reference, sign_lmo_triton),
+
+def _sign_lmo_example(device, dtype, gen):
+    return (torch.randn(3, 1001, generator=gen).to(device=device, dtype=dtype), 0.37)
+
+
+#: name -> spec. The GPU check compiles every entry and compares it with its reference.
+KERNELS: dict[str, KernelSpec] = {
+    "sign_lmo": KernelSpec(sign_lmo, sign_lmo_reference, sign_lmo_triton, _sign_lmo_example),
 }
 
 __all__ = [
     "HAS_TRITON",
     "KERNELS",
+    "KernelSpec",
     "interpreting",
     "sign_lmo",
     "sign_lmo_reference",

@@ -1,0 +1,100 @@
+"""The root tooling: member discovery, the import contract, workflow validation."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import import_contracts  # noqa: E402
+from workspace import members  # noqa: E402
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def toy_workspace(tmp_path):
+    """shared-core plus two packages that follow the rule."""
+    _write(tmp_path / "pyproject.toml", '[tool.uv.workspace]\nmembers = ["core", "packages/*"]\n')
+    for folder, dist, mod in [
+        ("core", "shared-core", "shared_core"),
+        ("packages/alpha", "alpha", "alpha"),
+        ("packages/beta-x", "beta-x", "beta_x"),
+    ]:
+        _write(
+            tmp_path / folder / "pyproject.toml", f'[project]\nname = "{dist}"\nversion = "0.1.0"\n'
+        )
+        body = "" if mod == "shared_core" else "import shared_core\n"
+        _write(tmp_path / folder / "src" / mod / "__init__.py", body)
+    return tmp_path
+
+
+def test_members_are_discovered_from_folders(toy_workspace):
+    found = {(m.dist, m.path, m.module) for m in members(toy_workspace)}
+    assert found == {
+        ("shared-core", "core", "shared_core"),
+        ("alpha", "packages/alpha", "alpha"),
+        ("beta-x", "packages/beta-x", "beta_x"),
+    }
+    # A new folder is a new member, with no edit anywhere else.
+    _write(toy_workspace / "packages/gamma/pyproject.toml", '[project]\nname = "gamma"\n')
+    _write(toy_workspace / "packages/gamma/src/gamma/__init__.py", "")
+    assert "gamma" in {m.dist for m in members(toy_workspace)}
+
+
+def _contracts(root: Path) -> int:
+    if shutil.which("lint-imports") is None:
+        pytest.skip("import-linter is not installed in this environment")
+    return import_contracts.main(["--root", str(root)])
+
+
+def test_contract_passes_on_a_clean_tree(toy_workspace):
+    assert _contracts(toy_workspace) == 0
+
+
+def test_contract_fails_when_a_package_imports_a_sibling(toy_workspace):
+    _write(toy_workspace / "packages/beta-x/src/beta_x/uses_alpha.py", "import alpha\n")
+    assert _contracts(toy_workspace) != 0
+
+
+def test_contract_fails_when_shared_core_imports_a_package(toy_workspace):
+    _write(toy_workspace / "core/src/shared_core/bad.py", "from alpha import something\n")
+    assert _contracts(toy_workspace) != 0
+
+
+def test_contract_passes_on_this_repository():
+    assert _contracts(ROOT) == 0
+
+
+def test_workflow_schema_rejects_a_broken_workflow(tmp_path):
+    exe = shutil.which("check-jsonschema")
+    if exe is None:
+        pytest.skip("check-jsonschema is not installed in this environment")
+    cmd = [exe, "--builtin-schema", "vendor.github-workflows"]
+    ok = subprocess.run([*cmd, *map(str, (ROOT / ".github/workflows").glob("*.yml"))], check=False)
+    assert ok.returncode == 0
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  a:\n    steps: 3\n")
+    assert subprocess.run([*cmd, str(broken)], check=False).returncode != 0
+
+
+def test_new_package_scaffold_is_a_member(toy_workspace):
+    import new_package
+
+    target = new_package.scaffold("my-method", "Does things.", root=toy_workspace)
+    assert (target / "src" / "my_method" / "__init__.py").is_file()
+    assert (target / "tests" / "test_metadata.py").is_file()
+    text = (target / "pyproject.toml").read_text()
+    assert 'name = "my-method"' in text and "{{" not in text
+    found = {m.dist: m for m in members(toy_workspace)}
+    assert found["my-method"].module == "my_method"
+    with pytest.raises(ValueError, match="already exists"):
+        new_package.scaffold("my-method", "again", root=toy_workspace)
+    with pytest.raises(ValueError, match="lowercase"):
+        new_package.scaffold("My_Method", "bad", root=toy_workspace)

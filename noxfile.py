@@ -1,0 +1,183 @@
+"""Every task of the monorepo. `nox -l` lists them; CI builds its matrix from `nox -l --json`.
+
+Sessions:
+    lint                 pre-commit on all files (ruff, format, uv lock --check, import
+                         contracts, workflow schemas)
+    tests(<member>)      one member's tests in an environment holding only that member and its
+                         declared dependencies (+ its `test` group): proof that a package
+                         installs and works alone. Triton kernels run under TRITON_INTERPRET=1.
+    integration          the cross-package tests, with every member installed
+    gpu                  (not default) gpu-marked tests and compiled Triton kernels on a CUDA
+                         machine, in the ambient interpreter
+    bench                every member's benchmarks/*.py, JSON into reports/bench/
+    repro                every registered headline experiment, quick mode, report in
+                         reports/repro/index.md (`nox -s repro -- --full` for paper scale)
+    build(<member>)      `uv build --package X --no-sources`, then check the wheel's metadata
+                         and install it alone in a fresh environment
+
+Members are discovered from the root pyproject (tools/workspace.py): adding a package folder
+adds its sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).parent / "tools"))
+from workspace import library_members, members
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["lint", "tests", "integration"]
+nox.options.reuse_venv = "yes"
+
+ROOT = Path(__file__).parent
+LIBRARIES = library_members(ROOT)
+INTEGRATION = next(m for m in members(ROOT) if not m.is_package)
+CPU_ENV = {"TRITON_INTERPRET": "1", "FRONTIER_OPT_NO_PROGRESS": "1"}
+
+
+def _sync(session: nox.Session, *args: str) -> None:
+    """`uv sync` into this session's virtualenv, exactly (extraneous packages are removed)."""
+    session.run_install(
+        "uv",
+        "sync",
+        "--locked",
+        *args,
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
+    )
+
+
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """pre-commit on every file (hooks run through the locked workspace environment)."""
+    session.run(
+        "uv", "run", "--locked", "pre-commit", "run", "--all-files", "--show-diff-on-failure"
+    )
+
+
+@nox.session
+@nox.parametrize("member", [nox.param(m.path, id=m.dist) for m in LIBRARIES])
+def tests(session: nox.Session, member: str) -> None:
+    """One member's tests, in an environment with only that member and its dependencies."""
+    dist = next(m.dist for m in LIBRARIES if m.path == member)
+    _sync(session, "--package", dist, "--group", "test", "--no-default-groups")
+    session.run("pytest", f"{member}/tests", *session.posargs, env=CPU_ENV)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Cross-package tests with every member installed."""
+    _sync(session, "--package", INTEGRATION.dist, "--group", "test", "--no-default-groups")
+    session.run("pytest", f"{INTEGRATION.path}/tests", *session.posargs, env=CPU_ENV)
+
+
+@nox.session(venv_backend="none", default=False)
+def gpu(session: nox.Session) -> None:
+    """On a CUDA machine: gpu-marked tests and the compiled Triton kernels (no interpreter).
+
+    Runs in the ambient interpreter, which must hold the workspace (`uv sync --all-packages
+    --all-groups`, then `uv run nox -s gpu`).
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        session.error(
+            "nox -s gpu needs a CUDA device, and torch sees none "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda}). "
+            "Run it on a GPU machine; CPU machines run `nox -s tests`."
+        )
+    env = {"TRITON_INTERPRET": "0", "FRONTIER_OPT_NO_PROGRESS": "1"}
+    paths = [f"{m.path}/tests" for m in LIBRARIES]
+    # Every test, gpu-marked ones included: the kernel tests then compile for the real device.
+    session.run("python", "-m", "pytest", *paths, "-m", "not slow", *session.posargs, env=env)
+    session.run("python", "tools/gpu_check.py", env=env)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Run every member's benchmarks/*.py (quick sizes unless `-- --full`), JSON to reports/."""
+    _sync(session, "--all-packages", "--group", "dev")
+    mode = "--full" if "--full" in session.posargs else "--quick"
+    for m in LIBRARIES:
+        for script in sorted((ROOT / m.path / "benchmarks").glob("[!_]*.py")):
+            out = ROOT / "reports" / "bench" / m.dist / f"{script.stem}.json"
+            args = [] if mode == "--full" else ["--quick"]
+            session.run("python", str(script), *args, "--out", str(out), env=CPU_ENV)
+
+
+@nox.session(default=False)
+def repro(session: nox.Session) -> None:
+    """Every registered headline experiment; the report lands in reports/repro/index.md."""
+    _sync(session, "--all-packages", "--group", "dev")
+    args = session.posargs or ["--quick"]
+    session.run("python", "-m", "shared_core.experiment.repro", *args, "--out", "reports/repro")
+
+
+@nox.session(default=False)
+@nox.parametrize("member", [nox.param(m.path, id=m.dist) for m in LIBRARIES])
+def build(session: nox.Session, member: str) -> None:
+    """Build one member's wheel as it would be published, check it, install it alone."""
+    m = next(x for x in LIBRARIES if x.path == member)
+    dist_dir = ROOT / "dist"
+    session.run(
+        "uv",
+        "build",
+        "--package",
+        m.dist,
+        "--no-sources",
+        "--out-dir",
+        str(dist_dir / m.dist),
+        external=True,
+    )
+    wheel = _newest_wheel(dist_dir / m.dist, m)
+    _check_wheel_metadata(session, wheel)
+    # Install alone: the member's wheel plus shared-core's (not yet on an index), nothing else
+    # of the workspace.
+    find_links = []
+    if m.dist != "shared-core":
+        session.run(
+            "uv",
+            "build",
+            "--package",
+            "shared-core",
+            "--no-sources",
+            "--wheel",
+            "--out-dir",
+            str(dist_dir / "shared-core"),
+            external=True,
+        )
+        find_links = ["--find-links", str(dist_dir / "shared-core")]
+    session.run("uv", "pip", "install", str(wheel), *find_links, external=True)
+    session.run("python", "-c", f"import {m.module}; print({m.module}.__name__, 'imports')")
+
+
+def _newest_wheel(folder: Path, m) -> Path:
+    stem = m.dist.replace("-", "_")
+    wheels = sorted(folder.glob(f"{stem}-{m.version}-*.whl"), key=os.path.getmtime)
+    if not wheels:
+        raise RuntimeError(f"no wheel for {m.dist} {m.version} in {folder}")
+    return wheels[-1]
+
+
+def _check_wheel_metadata(session: nox.Session, wheel: Path) -> None:
+    """The published metadata must name no workspace path and pin shared-core to a range."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = Parser().parsestr(zf.read(name).decode())
+    requires = meta.get_all("Requires-Dist") or []
+    bad = [r for r in requires if "file:" in r or "@" in r or str(ROOT) in r]
+    if bad:
+        session.error(f"{wheel.name}: dependencies name local paths: {bad}")
+    for r in requires:
+        if r.replace("_", "-").lower().startswith("shared-core"):
+            spec = r[len("shared-core") :].split(";")[0].strip()
+            if not any(op in spec for op in (">=", "<", "~=", "==")):
+                session.error(f"{wheel.name}: shared-core needs a version range, got {r!r}")
+    session.log(f"{wheel.name}: metadata ok ({len(requires)} requirements)")

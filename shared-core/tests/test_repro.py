@@ -1,0 +1,105 @@
+"""The repro runner: discovery through entry points, running, and the markdown report."""
+
+import textwrap
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from shared_core.experiment import repro
+from shared_core.experiment.repro import Entry, discover, render_index, run_all
+
+GOOD = """
+from shared_core.experiment import ExperimentResult, line_plot, run_experiment
+
+def run(ctx):
+    line_plot(ctx.path("p.png"), {"loss": ([0, 1, 2], [3.0, 2.0, 1.0])})
+    return ExperimentResult(
+        title="loss goes down", claim="training reduces the loss",
+        summary="measured 3 -> 1", metrics={"final": 1.0, "mode_quick": ctx.quick},
+        holds=True, plots=["p.png"], table=[{"step": 0, "loss": 3.0}, {"step": 2, "loss": 1.0}],
+    )
+
+def main(argv=None):
+    return run_experiment(run, name="toy.good", argv=argv)
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+"""
+
+BAD = """
+raise SystemExit("this experiment is broken")
+"""
+
+
+@pytest.fixture
+def toy_modules(tmp_path, monkeypatch):
+    pkg = tmp_path / "src" / "toyexp"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "good.py").write_text(textwrap.dedent(GOOD))
+    (pkg / "bad.py").write_text(BAD)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "src"))
+    return [Entry("toy.bad", "toyexp.bad", "toy"), Entry("toy.good", "toyexp.good", "toy")]
+
+
+def test_run_all_and_report(toy_modules, tmp_path):
+    out = tmp_path / "report"
+    runs = run_all(toy_modules, out, mode="quick", timeout=120)
+    by_name = {r["name"]: r for r in runs}
+    assert by_name["toy.good"]["status"] == "ok"
+    assert by_name["toy.good"]["result"]["metrics"] == {"final": 1.0, "mode_quick": True}
+    assert by_name["toy.bad"]["status"].startswith("failed")
+    text = render_index(runs, mode="quick")
+    assert "## toy.good" in text and "![toy.good: p.png](toy.good/p.png)" in text
+    assert "training reduces the loss" in text and "| step | loss |" in text
+    assert "## toy.bad" in text and "failed" in text
+    assert (out / "toy.good" / "p.png").is_file()
+
+
+def test_main_writes_index_and_fails_on_failures(toy_modules, tmp_path, monkeypatch):
+    monkeypatch.setattr(repro, "discover", lambda: toy_modules)
+    out = tmp_path / "r"
+    assert repro.main(["--quick", "--out", str(out), "-k", "good"]) == 0
+    assert "toy.good" in (out / "index.md").read_text()
+    assert repro.main(["--quick", "--out", str(out)]) == 1
+    assert (out / "index.json").is_file()
+
+
+def test_discover_reads_the_entry_point_group(monkeypatch):
+    eps = [
+        EntryPoint("b.two", "b.experiments.two", repro.GROUP),
+        EntryPoint("a.one", "a.experiments.one", repro.GROUP),
+    ]
+    monkeypatch.setattr(repro, "entry_points", lambda group: eps if group == repro.GROUP else [])
+    assert [e.name for e in discover()] == ["a.one", "b.two"]
+
+
+def test_discover_rejects_conflicts_and_attributes(monkeypatch):
+    clash = [
+        EntryPoint("a.one", "a.experiments.one", repro.GROUP),
+        EntryPoint("a.one", "other.module", repro.GROUP),
+    ]
+    monkeypatch.setattr(repro, "entry_points", lambda group: clash)
+    with pytest.raises(ValueError, match="registered twice"):
+        discover()
+    attr = [EntryPoint("a.one", "a.experiments:main", repro.GROUP)]
+    monkeypatch.setattr(repro, "entry_points", lambda group: attr)
+    with pytest.raises(ValueError, match="must name a module"):
+        discover()
+
+
+def test_run_all_validates(tmp_path):
+    with pytest.raises(ValueError, match="mode"):
+        run_all([], tmp_path, mode="medium")
+    with pytest.raises(ValueError, match="timeout"):
+        run_all([], tmp_path, timeout=0)
+
+
+def test_empty_registry_report():
+    assert "No experiments are registered" in render_index([], mode="quick")
+
+
+def test_list_prints_entries(monkeypatch, capsys):
+    monkeypatch.setattr(repro, "discover", lambda: [Entry("x.y", "x.experiments.y", "x")])
+    assert repro.main(["--list"]) == 0
+    assert "x.y\tx.experiments.y" in capsys.readouterr().out
