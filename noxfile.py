@@ -120,7 +120,7 @@ def repro(session: nox.Session) -> None:
     session.run("python", "-m", "shared_core.experiment.repro", *args, "--out", "reports/repro")
 
 
-@nox.session(default=False)
+@nox.session(default=False, reuse_venv=False)  # "installs alone" means a fresh environment
 @nox.parametrize("member", [nox.param(m.path, id=m.dist) for m in LIBRARIES])
 def build(session: nox.Session, member: str) -> None:
     """Build one member's wheel as it would be published, check it, install it alone."""
