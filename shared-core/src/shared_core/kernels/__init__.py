@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ._triton import HAS_TRITON, interpreting
+from ._triton import HAS_TRITON, autotune_configs, check_launchable, interpreting, require_triton
 from .registry import KernelSpec
 from .sign_lmo import sign_lmo, sign_lmo_reference, sign_lmo_triton
 
@@ -33,6 +33,9 @@ KERNELS: dict[str, KernelSpec] = {
 __all__ = [
     "HAS_TRITON",
     "KERNELS",
+    "autotune_configs",
+    "check_launchable",
+    "require_triton",
     "KernelSpec",
     "interpreting",
     "sign_lmo",

@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m diloco_ef.experiments.<name> [--quick]`."""

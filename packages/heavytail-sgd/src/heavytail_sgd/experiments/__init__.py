@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m heavytail_sgd.experiments.<name> [--quick]`."""
