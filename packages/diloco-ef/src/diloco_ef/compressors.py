@@ -1,0 +1,495 @@
+r"""Compressors for pseudo-gradients and gradients, behind one interface.
+
+A compressor maps a tensor :math:`x \in \mathbb{R}^d` to a *payload* (what travels on the wire)
+and back: :math:`C(x) = \mathrm{decompress}(\mathrm{compress}(x))`. Its quality on a given input
+is the measured contraction factor
+
+.. math:: \alpha(x) = 1 - \frac{\|C(x) - x\|^2}{\|x\|^2},
+
+so :math:`\alpha = 1` is lossless and a :math:`\delta`-contractive compressor in the sense of
+error-feedback theory has :math:`\mathbb{E}\,\alpha(x) \ge \delta` for every :math:`x`.
+
+Closed forms the tests check:
+
+- Top-k keeps the :math:`k` largest magnitudes: :math:`\alpha = \sum_{i \in \text{top}}
+  x_i^2 / \|x\|^2 \ge k/d`.
+- Random-k (unscaled) keeps :math:`k` coordinates drawn uniformly without replacement:
+  :math:`\mathbb{E}\,\alpha = k/d`. Scaled by :math:`d/k` it is unbiased instead.
+- QSGD with :math:`s` levels rounds :math:`r_i = s|x_i|/\|x\|` up with probability
+  :math:`f_i = r_i - \lfloor r_i \rfloor`; it is unbiased and
+  :math:`\mathbb{E}\|Q(x) - x\|^2 = (\|x\|/s)^2 \sum_i f_i (1 - f_i)`.
+
+Bit accounting (:meth:`Compressor.bits_sent`) counts what a worker must transmit: values at
+their dtype's width, indices at the fixed width :math:`\lceil \log_2 d \rceil` (the shortest
+code that addresses every coordinate), quantization levels at their bit width plus one sign bit,
+and scalars (norms, scales) at the value dtype's width. Random-k sends no indices: every worker
+draws the same coordinates from a shared seed.
+
+Every compressor takes an optional ``torch.Generator``; the engines derive it from
+``(seed, round, tensor)`` (plus the worker id where :attr:`Compressor.shared_randomness` is
+False), so a run is reproducible and resumable from its round counter alone.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .kernels.quantize import stochastic_quantize
+
+__all__ = [
+    "QSGD",
+    "ApproxTopK",
+    "Compressor",
+    "Identity",
+    "Int8Absmax",
+    "Payload",
+    "RandomK",
+    "TopK",
+    "contraction",
+    "index_bits",
+    "qsgd_expected_alpha",
+    "topk_recall",
+]
+
+
+@dataclass
+class Payload:
+    """What one compressed tensor consists of.
+
+    Attributes:
+        sent: the tensors a worker transmits (fixed shapes for a given compressor and input
+            size, so engines can all-gather them).
+        shape: the shape of the original tensor.
+        dtype: the dtype of the original tensor.
+        derived: tensors the receiver can recompute without communication (Random-k's shared
+            indices); they are never counted as traffic.
+    """
+
+    sent: dict[str, Tensor]
+    shape: torch.Size
+    dtype: torch.dtype
+    derived: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def contraction(x: Tensor, cx: Tensor) -> float:
+    r"""The measured contraction factor :math:`1 - \|C(x) - x\|^2 / \|x\|^2`.
+
+    Args:
+        x: the input.
+        cx: its compressed-and-decompressed version, same shape.
+
+    Returns:
+        A float; 1.0 for ``x == 0`` (a zero input loses nothing).
+
+    Example:
+        >>> contraction(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 4.0]))
+        0.64
+    """
+    if x.shape != cx.shape:
+        raise ValueError(f"shapes differ: x {tuple(x.shape)} vs C(x) {tuple(cx.shape)}")
+    xd = x.detach().double()
+    den = float(xd.pow(2).sum())
+    if den == 0.0:
+        return 1.0
+    return 1.0 - float((cx.detach().double() - xd).pow(2).sum()) / den
+
+
+def index_bits(d: int) -> int:
+    r"""Bits of a fixed-width index into ``d`` coordinates: :math:`\max(1, \lceil\log_2 d\rceil)`.
+
+    Example:
+        >>> index_bits(1024), index_bits(1025)
+        (10, 11)
+    """
+    if d < 1:
+        raise ValueError(f"d must be >= 1, got {d}")
+    return max(1, math.ceil(math.log2(d)))
+
+
+def _value_bits(dtype: torch.dtype) -> int:
+    return torch.finfo(dtype).bits
+
+
+def _check_float(x: Tensor) -> None:
+    if not x.is_floating_point():
+        raise ValueError(f"compressors take floating tensors, got dtype {x.dtype}")
+
+
+class Compressor(abc.ABC):
+    """Base class: ``compress`` -> :class:`Payload` -> ``decompress``, plus accounting.
+
+    Subclasses set :attr:`shared_randomness` (True when every worker must use the same random
+    draw, as Random-k does) and :attr:`all_reducible` (True when the average of the workers'
+    decompressed tensors equals the decompression of the averaged ``sent["values"]``, so the
+    exchange is one all-reduce).
+    """
+
+    shared_randomness: bool = False
+    all_reducible: bool = False
+
+    @abc.abstractmethod
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload: ...
+
+    @abc.abstractmethod
+    def decompress(self, payload: Payload) -> Tensor: ...
+
+    @abc.abstractmethod
+    def bits_sent(self, payload: Payload) -> int: ...
+
+    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """``decompress(compress(x))``."""
+        return self.decompress(self.compress(x, generator))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class Identity(Compressor):
+    """No compression: the values travel as they are (all-reducible).
+
+    Example:
+        >>> c = Identity()
+        >>> p = c.compress(torch.ones(3))
+        >>> c.decompress(p), c.bits_sent(p)
+        (tensor([1., 1., 1.]), 96)
+    """
+
+    all_reducible = True
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        return Payload({"values": x.detach().reshape(-1).clone()}, x.shape, x.dtype)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        return payload.sent["values"].reshape(payload.shape).clone()
+
+    def bits_sent(self, payload: Payload) -> int:
+        return payload.numel * _value_bits(payload.dtype)
+
+
+class _Sparsifier(Compressor):
+    """Shared parts of the k-of-d sparsifiers: the choice of k and the scatter back."""
+
+    def __init__(self, k: int | None = None, ratio: float | None = None):
+        if (k is None) == (ratio is None):
+            raise ValueError(f"give exactly one of k and ratio, got k={k!r}, ratio={ratio!r}")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if ratio is not None and not (0.0 < ratio <= 1.0):
+            raise ValueError(f"ratio must lie in (0, 1], got {ratio!r}")
+        self.k = k
+        self.ratio = ratio
+
+    def k_for(self, d: int) -> int:
+        """The number of coordinates kept out of ``d``; raises if a fixed ``k`` exceeds ``d``."""
+        if self.k is not None:
+            if self.k > d:
+                raise ValueError(f"k={self.k} is out of range for a tensor of {d} elements")
+            return self.k
+        return min(d, max(1, round(self.ratio * d)))
+
+    @staticmethod
+    def _scatter(values: Tensor, indices: Tensor, payload: Payload) -> Tensor:
+        out = torch.zeros(payload.numel, dtype=payload.dtype, device=values.device)
+        out[indices] = values
+        return out.reshape(payload.shape)
+
+
+class TopK(_Sparsifier):
+    r"""Exact Top-k: keep the :math:`k` entries of largest magnitude (``torch.topk``).
+
+    Args:
+        k: how many entries to keep (1 <= k <= d), or
+        ratio: the kept fraction, :math:`k = \max(1, \mathrm{round}(\text{ratio}\cdot d))`.
+
+    Example:
+        >>> c = TopK(k=2)
+        >>> c(torch.tensor([0.1, -3.0, 2.0, 0.5]))
+        tensor([ 0., -3.,  2.,  0.])
+    """
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        k = self.k_for(flat.numel())
+        idx = torch.topk(flat.abs(), k, sorted=False).indices
+        return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        return self._scatter(payload.sent["values"], payload.sent["indices"], payload)
+
+    def bits_sent(self, payload: Payload) -> int:
+        k = payload.sent["values"].numel()
+        return k * (_value_bits(payload.dtype) + index_bits(payload.numel))
+
+
+class ApproxTopK(TopK):
+    r"""Top-k through a magnitude threshold estimated from a random sample.
+
+    Draw :math:`m` magnitudes uniformly (with replacement) and take their empirical
+    :math:`1 - (1+\text{slack})k/d` quantile as the threshold :math:`t`. One pass keeps the
+    candidates :math:`|x_i| \ge t`; when there are at least :math:`k` of them, they contain every
+    true top-k entry (the threshold is then at most the k-th largest magnitude), and an exact
+    top-k over the candidates alone returns exactly the top-k. When the sample under-estimated
+    the count, the whole tensor falls back to ``torch.topk``. The result is exact whenever no
+    ties straddle the threshold; the saving is that ``torch.topk`` runs on
+    :math:`\approx(1+\text{slack})k` candidates instead of :math:`d` entries.
+
+    With ``refine=False`` the candidates themselves are sent (about :math:`(1+\text{slack})k`
+    of them, a variable count; not all-gatherable across workers).
+
+    Args:
+        k, ratio: as for :class:`TopK`.
+        sample_size: magnitudes sampled for the threshold (>= 1).
+        slack: relative over-selection margin (>= 0).
+        refine: cut the candidates down to exactly k.
+
+    Attributes:
+        fallbacks: how many calls fell back to the exact path.
+
+    Example:
+        >>> c = ApproxTopK(ratio=0.25, sample_size=64)
+        >>> x = torch.arange(1.0, 9.0)
+        >>> sorted(c.compress(x, torch.Generator().manual_seed(0)).sent["indices"].tolist())
+        [6, 7]
+    """
+
+    def __init__(
+        self,
+        k: int | None = None,
+        ratio: float | None = None,
+        *,
+        sample_size: int = 65536,
+        slack: float = 0.25,
+        refine: bool = True,
+    ):
+        super().__init__(k=k, ratio=ratio)
+        if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size < 1:
+            raise ValueError(f"sample_size must be an integer >= 1, got {sample_size!r}")
+        if not slack >= 0.0:
+            raise ValueError(f"slack must be >= 0, got {slack!r}")
+        self.sample_size = sample_size
+        self.slack = float(slack)
+        self.refine = bool(refine)
+        self.fallbacks = 0
+
+    def threshold(self, a: Tensor, k: int, generator: torch.Generator | None = None) -> float:
+        """The sample estimate of the magnitude above which about ``(1+slack) k`` entries lie."""
+        d = a.numel()
+        idx = torch.randint(d, (self.sample_size,), generator=generator, device="cpu")
+        sample = a[idx.to(a.device)]
+        keep_frac = min(1.0, (1.0 + self.slack) * k / d)
+        # 1-based rank of the order statistic at the (1 - keep_frac) quantile, clamped to range.
+        rank = min(self.sample_size, max(1, math.floor(self.sample_size * (1.0 - keep_frac))))
+        return float(torch.kthvalue(sample, rank).values)
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        d = flat.numel()
+        k = self.k_for(d)
+        a = flat.abs()
+        if d <= self.sample_size or k == d:
+            idx = torch.topk(a, k, sorted=False).indices
+            return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
+        t = self.threshold(a, k, generator)
+        cand = torch.nonzero(a >= t).squeeze(1)
+        if cand.numel() >= k:
+            idx = cand[torch.topk(a[cand], k, sorted=False).indices] if self.refine else cand
+        else:
+            self.fallbacks += 1
+            idx = torch.topk(a, k, sorted=False).indices
+        return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
+
+
+def topk_recall(x: Tensor, indices: Tensor, k: int) -> float:
+    """Fraction of the exact top-k (by magnitude) of ``x`` that ``indices`` contains.
+
+    Example:
+        >>> topk_recall(torch.tensor([5.0, 1.0, -4.0, 0.0]), torch.tensor([0, 1]), 2)
+        0.5
+    """
+    flat = x.detach().reshape(-1)
+    if not 1 <= k <= flat.numel():
+        raise ValueError(f"k={k} is out of range for a tensor of {flat.numel()} elements")
+    true = torch.topk(flat.abs(), k, sorted=False).indices
+    hit = torch.isin(true, indices.to(true.device))
+    return float(hit.sum()) / k
+
+
+class RandomK(_Sparsifier):
+    r"""Random-k: keep :math:`k` coordinates drawn without replacement from a shared seed.
+
+    All workers use the same generator state, so they choose the same coordinates: only the
+    :math:`k` values travel and the average over workers is an all-reduce of those values.
+    Unscaled (default) it is contractive with :math:`\mathbb{E}\,\alpha = k/d`; with
+    ``scaled=True`` the values are multiplied by :math:`d/k`, which makes it unbiased,
+    :math:`\mathbb{E}\,C(x) = x`.
+
+    Example:
+        >>> c = RandomK(k=2)
+        >>> p = c.compress(torch.arange(5.0), torch.Generator().manual_seed(0))
+        >>> c.bits_sent(p)  # two float32 values, no indices
+        64
+    """
+
+    shared_randomness = True
+    all_reducible = True
+
+    def __init__(self, k: int | None = None, ratio: float | None = None, *, scaled: bool = False):
+        super().__init__(k=k, ratio=ratio)
+        self.scaled = bool(scaled)
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        d = flat.numel()
+        k = self.k_for(d)
+        idx = torch.randperm(d, generator=generator, device="cpu")[:k].to(flat.device)
+        values = flat[idx].clone()
+        if self.scaled:
+            values.mul_(d / k)
+        return Payload({"values": values}, x.shape, x.dtype, derived={"indices": idx})
+
+    def decompress(self, payload: Payload) -> Tensor:
+        return self._scatter(payload.sent["values"], payload.derived["indices"], payload)
+
+    def bits_sent(self, payload: Payload) -> int:
+        return payload.sent["values"].numel() * _value_bits(payload.dtype)
+
+
+def _check_bits(bits: int, hi: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= hi:
+        raise ValueError(f"bits must be an integer in [1, {hi}], got {bits!r}")
+
+
+def _level_dtype(levels: int) -> torch.dtype:
+    if levels <= 127:
+        return torch.int8
+    if levels <= 32767:
+        return torch.int16
+    return torch.int32
+
+
+def qsgd_expected_alpha(x: Tensor, levels: int) -> float:
+    r"""Closed-form :math:`\mathbb{E}\,\alpha` of unscaled QSGD with ``levels`` = s on ``x``.
+
+    :math:`\mathbb{E}\,\alpha = 1 - \sum_i f_i(1-f_i) / s^2` with :math:`f_i` the fractional part
+    of :math:`s|x_i|/\|x\|` (the norm factors cancel).
+
+    Example:
+        >>> qsgd_expected_alpha(torch.tensor([1.0, 0.0]), 1)
+        1.0
+    """
+    xd = x.detach().double().reshape(-1)
+    norm = float(xd.norm())
+    if norm == 0.0:
+        return 1.0
+    r = xd.abs() / norm * levels
+    f = r - torch.floor(r)
+    return 1.0 - float((f * (1 - f)).sum()) / levels**2
+
+
+class QSGD(Compressor):
+    r"""Stochastic quantization with ``bits`` bits of magnitude per coordinate (QSGD).
+
+    With :math:`s = 2^b - 1` levels and :math:`r_i = s|x_i|/\|x\|_2`, the level is
+    :math:`\lfloor r_i\rfloor + \xi_i` with :math:`\xi_i \sim \mathrm{Bernoulli}(r_i -
+    \lfloor r_i\rfloor)`, and :math:`Q(x)_i = \|x\|\,\mathrm{sign}(x_i)\,\ell_i / s`, so
+    :math:`\mathbb{E}\,Q(x) = x`. Traffic: :math:`b + 1` bits per coordinate (level and sign)
+    and one norm.
+
+    ``contractive=True`` divides the output by :math:`1 + \omega`,
+    :math:`\omega = \min(d/s^2, \sqrt d/s)` (the variance bound
+    :math:`\mathbb{E}\|Q(x)-x\|^2 \le \omega\|x\|^2`), which makes it contractive with
+    :math:`\mathbb{E}\,\alpha \ge 1/(1+\omega)`, the form error feedback needs.
+
+    Args:
+        bits: magnitude bits b, 1 <= b <= 31.
+        contractive: apply the :math:`1/(1+\omega)` scaling.
+
+    Example:
+        >>> c = QSGD(bits=4)
+        >>> p = c.compress(torch.tensor([3.0, -4.0]), torch.Generator().manual_seed(0))
+        >>> c.bits_sent(p)  # 2 coordinates x (4 + 1) bits + a float32 norm
+        42
+    """
+
+    def __init__(self, bits: int, *, contractive: bool = False):
+        _check_bits(bits, 31)
+        self.bits = bits
+        self.contractive = bool(contractive)
+
+    @property
+    def levels(self) -> int:
+        return 2**self.bits - 1
+
+    def omega(self, d: int) -> float:
+        """The variance bound :math:`\\min(d/s^2, \\sqrt d/s)` for a d-vector."""
+        s = self.levels
+        return min(d / s**2, math.sqrt(d) / s)
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        s = self.levels
+        norm = flat.norm()
+        if float(norm) == 0.0:
+            q = torch.zeros(flat.numel(), dtype=_level_dtype(s), device=flat.device)
+        else:
+            u = torch.rand(flat.numel(), generator=generator, dtype=flat.dtype, device="cpu")
+            # The fused op (Triton on CUDA, the torch reference elsewhere).
+            lvl = stochastic_quantize(flat, u.to(flat.device), s / float(norm), s)
+            q = lvl.to(_level_dtype(s))
+        return Payload({"levels": q, "norm": norm.reshape(1).clone()}, x.shape, x.dtype)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        q = payload.sent["levels"].to(payload.dtype)
+        out = q * (payload.sent["norm"] / self.levels)
+        if self.contractive:
+            out = out / (1.0 + self.omega(payload.numel))
+        return out.reshape(payload.shape)
+
+    def bits_sent(self, payload: Payload) -> int:
+        return payload.numel * (self.bits + 1) + _value_bits(payload.dtype)
+
+
+class Int8Absmax(Compressor):
+    r"""Deterministic int8 quantization with an absmax scale.
+
+    :math:`\sigma = \max_i |x_i| / 127`, :math:`q_i = \mathrm{round}(x_i/\sigma) \in
+    [-127, 127]`, :math:`C(x) = \sigma q`. Biased, error at most :math:`\sigma/2` per coordinate.
+    Traffic: 8 bits per coordinate and one scale.
+
+    Example:
+        >>> c = Int8Absmax()
+        >>> c(torch.tensor([1.27, -0.5, 0.0]))
+        tensor([ 1.2700, -0.5000,  0.0000])
+    """
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        scale = flat.abs().max() / 127.0 if flat.numel() else flat.new_zeros(())
+        if float(scale) == 0.0:
+            q = torch.zeros(flat.numel(), dtype=torch.int8, device=flat.device)
+        else:
+            q = torch.round(flat / scale).clamp_(-127, 127).to(torch.int8)
+        return Payload({"q": q, "scale": scale.reshape(1).clone()}, x.shape, x.dtype)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        out = payload.sent["q"].to(payload.dtype) * payload.sent["scale"]
+        return out.reshape(payload.shape)
+
+    def bits_sent(self, payload: Payload) -> int:
+        return payload.numel * 8 + _value_bits(payload.dtype)
