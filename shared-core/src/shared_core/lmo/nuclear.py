@@ -69,8 +69,9 @@ def top_singular_pair(
     r"""The top singular triple :math:`(u_1, \sigma_1, v_1)` of every matrix in ``G``.
 
     ``method="power"`` runs ``power_iters`` steps of :math:`v \leftarrow G^\top G v /
-    \|G^\top G v\|` from ``v0`` or, without one, from a Gaussian vector drawn with ``seed`` (on
-    the CPU, so the start is the same on every device). The error of :math:`v` shrinks like
+    \|G^\top G v\|` from ``v0`` or, without one, from one Gaussian vector drawn with ``seed``
+    (in float64 on the CPU, shared by the whole batch, so the start is the same on every
+    device, in every dtype and whatever else is in the batch). The error of :math:`v` shrinks like
     :math:`(\sigma_2/\sigma_1)^{2k}` after :math:`k` steps. A zero matrix gives zero vectors.
 
     Args:
@@ -86,7 +87,7 @@ def top_singular_pair(
 
     Example:
         >>> u, s, v = top_singular_pair(torch.tensor([[0.0, 2.0], [1.0, 0.0]]), method="power")
-        >>> s, u.abs(), v.abs()
+        >>> s, u.abs().round(decimals=4), v.abs().round(decimals=4)
         (tensor(2.), tensor([1., 0.]), tensor([0., 1.]))
     """
     G = check_matrix(G, "top_singular_pair")
@@ -98,11 +99,17 @@ def top_singular_pair(
         return G.new_zeros(*batch, m), G.new_zeros(batch), G.new_zeros(*batch, n)
     if method == "svd":
         U, s, Vh = torch.linalg.svd(A, full_matrices=False)
-        u, sigma, v = U[..., :, 0], s[..., 0], Vh[..., 0, :]
+        sigma = s[..., 0]
+        # The SVD of a zero matrix still returns unit vectors; the pair must be zero there.
+        nonzero = (sigma != 0).to(A.dtype).unsqueeze(-1)
+        u, v = U[..., :, 0] * nonzero, Vh[..., 0, :] * nonzero
     else:
         if v0 is None:
+            # One start for every matrix of the batch, drawn in float64: a matrix's result then
+            # depends neither on the other matrices in its batch nor on the dtype.
             gen = torch.Generator().manual_seed(seed)
-            v = torch.randn(*A.shape[:-2], n, generator=gen, dtype=A.dtype).to(A.device)
+            start = torch.randn(n, generator=gen, dtype=torch.float64)
+            v = start.to(device=A.device, dtype=A.dtype).expand(*A.shape[:-2], n)
         else:
             if v0.shape != (*A.shape[:-2], n):
                 raise ValueError(
@@ -147,7 +154,5 @@ def nuclear_lmo(
     """
     G = check_matrix(G, "nuclear_lmo")
     r = check_radius(radius)
-    u, _, v = top_singular_pair(
-        upcast(G), method=method, power_iters=power_iters, seed=seed
-    )
+    u, _, v = top_singular_pair(upcast(G), method=method, power_iters=power_iters, seed=seed)
     return (u.unsqueeze(-1) * v.unsqueeze(-2)).mul_(-r).to(G.dtype)
