@@ -1,0 +1,308 @@
+r"""Optimizers: stochastic mirror descent (the method) and two baselines (clipped, normalized SGD).
+
+:class:`SMD` is the unmodified method of the heavy-tail analysis: one mirror step per stochastic
+gradient, no clipping, no normalisation,
+
+.. math:: x_{t+1} = \Pi^\psi\big(\nabla\psi^*(\nabla\psi(x_t) - \eta_t g_t)\big),
+
+with the mirror map :math:`\psi` from :mod:`shared_core.mirror` (Euclidean: plain SGD;
+negative entropy: exponentiated gradient on the simplex; p-norm). Optionally it keeps the
+average :math:`\bar x_T = \sum_t w_t x_t / \sum_t w_t` of the query points, uniform
+(:math:`w_t = 1`) or step-weighted (:math:`w_t = \eta_t`), which is the point the convex rates
+are stated for.
+
+:class:`ClippedSGD` and :class:`NormalizedSGD` are **baselines** for comparison, the standard
+modifications that the analysis shows are not needed.
+
+The mirror map acts on the last axis of each parameter (a 0-D parameter is a 1-vector).
+
+Example:
+    >>> import torch
+    >>> x = torch.nn.Parameter(torch.full((3,), 1 / 3))
+    >>> opt = SMD([x], lr=0.5, mirror="entropy", average="uniform")
+    >>> x.grad = torch.tensor([1.0, 0.0, 0.0])
+    >>> opt.step()
+    >>> round(float(x.detach().sum()), 6), bool(x[0] < x[1])
+    (1.0, True)
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from shared_core.mirror import MirrorMap, get_mirror
+
+__all__ = ["SMD", "ClippedSGD", "NormalizedSGD", "clip_by_norm", "normalize"]
+
+LR = float | Callable[[int], float]
+
+
+def _check_lr(lr: Any) -> LR:
+    if callable(lr):
+        return lr
+    if (
+        isinstance(lr, bool)
+        or not isinstance(lr, int | float)
+        or not lr > 0
+        or not math.isfinite(lr)
+    ):
+        raise ValueError(f"lr must be a positive finite number or a callable of t, got {lr!r}")
+    return float(lr)
+
+
+def _lr_at(lr: LR, t: int) -> float:
+    eta = lr(t) if callable(lr) else lr
+    if not (isinstance(eta, int | float) and eta > 0 and math.isfinite(eta)):
+        raise ValueError(f"the step size at t={t} must be a positive finite number, got {eta!r}")
+    return float(eta)
+
+
+def _vec(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+def clip_by_norm(g: torch.Tensor, clip: float, dim: int | None = None) -> torch.Tensor:
+    r""":math:`g \min(1, \tau/\|g\|_2)`: the clipped gradient (norm over ``dim``, or all).
+
+    Example:
+        >>> clip_by_norm(torch.tensor([3.0, 4.0]), 1.0)
+        tensor([0.6000, 0.8000])
+    """
+    nrm = torch.linalg.vector_norm(g, dim=dim, keepdim=dim is not None)
+    factor = torch.where(nrm > clip, clip / nrm.clamp(min=torch.finfo(g.dtype).tiny), 1.0)
+    return g * factor
+
+
+def normalize(g: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    r""":math:`g/\|g\|_2` (norm over ``dim``, or all); zero stays zero.
+
+    Example:
+        >>> normalize(torch.tensor([3.0, 4.0]))
+        tensor([0.6000, 0.8000])
+    """
+    nrm = torch.linalg.vector_norm(g, dim=dim, keepdim=dim is not None)
+    return torch.where(nrm > 0, g / nrm.clamp(min=torch.finfo(g.dtype).tiny), 0.0)
+
+
+class SMD(Optimizer):
+    r"""Stochastic mirror descent on a :mod:`shared_core.mirror` map, with optional averaging.
+
+    Args:
+        params: parameters or parameter groups. Each must lie in the mirror map's domain
+            (e.g. on the simplex for ``"entropy"``), checked here.
+        lr: step size :math:`\eta > 0`, or a callable ``t -> eta_t`` of the 1-based step count
+            (e.g. a :class:`heavytail_sgd.schedules.StepSchedule`).
+        mirror: ``"euclidean"``, ``"entropy"``, ``"pnorm"`` or a
+            :class:`shared_core.mirror.MirrorMap` instance (e.g. ``PNorm(1.5)``,
+            ``Euclidean(Ball(1.0))``).
+        average: ``None``, ``"uniform"`` (:math:`w_t = 1`) or ``"weighted"``
+            (:math:`w_t = \eta_t`): keep :math:`\bar x = \sum_t w_t x_t / \sum_t w_t` over the
+            points :math:`x_1, \dots, x_T` where gradients were taken.
+
+    Example:
+        >>> import torch
+        >>> w = torch.nn.Parameter(torch.tensor([2.0]))
+        >>> opt = SMD([w], lr=0.25, average="uniform")
+        >>> for _ in range(2):
+        ...     opt.zero_grad(); (w**2).sum().backward(); opt.step()
+        >>> [round(v.item(), 4) for v in opt.averaged_params()]
+        [1.5]
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: LR,
+        mirror: str | MirrorMap = "euclidean",
+        average: str | None = None,
+    ) -> None:
+        defaults = {"lr": _check_lr(lr), "mirror": get_mirror(mirror), "average": average}
+        self._check_average(average)
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            group["lr"] = _check_lr(group["lr"])
+            group["mirror"] = get_mirror(group["mirror"])
+            self._check_average(group["average"])
+            for p in group["params"]:
+                try:
+                    group["mirror"].check(_vec(p.detach()))
+                except ValueError as err:
+                    raise ValueError(
+                        f"parameter of shape {tuple(p.shape)} is outside the domain of "
+                        f"{group['mirror']!r}: {err}"
+                    ) from None
+
+    @staticmethod
+    def _check_average(average: Any) -> None:
+        if average not in (None, "uniform", "weighted"):
+            raise ValueError(f"average must be None, 'uniform' or 'weighted', got {average!r}")
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One mirror step per parameter; returns the closure's loss if one is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            mirror: MirrorMap = group["mirror"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise ValueError("SMD does not take sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    if group["average"] is not None:
+                        state["avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                        state["weight_sum"] = 0.0
+                t = state["step"] + 1
+                eta = _lr_at(group["lr"], t)
+                if group["average"] is not None:
+                    w = 1.0 if group["average"] == "uniform" else eta
+                    state["weight_sum"] += w
+                    # Running weighted mean: avg += (w / W_t) (x_t - avg).
+                    state["avg"].add_(p - state["avg"], alpha=w / state["weight_sum"])
+                new = mirror.step(_vec(p), _vec(p.grad), eta)
+                p.copy_(new.reshape(p.shape))
+                state["step"] = t
+        return loss
+
+    def averaged_params(self) -> list[torch.Tensor]:
+        """The averaged iterates, one per parameter (the current value where none is kept)."""
+        out = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                avg = self.state[p].get("avg") if p in self.state else None
+                out.append((avg if avg is not None else p).detach().clone())
+        return out
+
+    @contextlib.contextmanager
+    def swap_average(self) -> Iterator[None]:
+        """Within the block the parameters hold their averages; the iterates come back after.
+
+        Example:
+            >>> import torch
+            >>> w = torch.nn.Parameter(torch.tensor([2.0]))
+            >>> opt = SMD([w], lr=0.5, average="uniform")
+            >>> w.grad = torch.tensor([2.0]); opt.step()
+            >>> with opt.swap_average():
+            ...     inside = w.item()
+            >>> inside, w.item()
+            (2.0, 1.0)
+        """
+        swapped = []
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    avg = self.state[p].get("avg") if p in self.state else None
+                    if avg is not None:
+                        saved = p.detach().clone()
+                        p.copy_(avg)
+                        swapped.append((p, saved))
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, saved in swapped:
+                    p.copy_(saved)
+
+
+class _GroupNormSGD(Optimizer, abc.ABC):
+    """Shared loop of the baselines: transform the group's gradient as one vector, then step."""
+
+    @abc.abstractmethod
+    def _direction(self, g: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
+        """The step direction for the group's flattened gradient ``g``."""
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """One step; returns the closure's loss if one is given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            ps = [p for p in group["params"] if p.grad is not None]
+            if not ps:
+                continue
+            if any(p.grad.is_sparse for p in ps):
+                raise ValueError(f"{type(self).__name__} does not take sparse gradients")
+            flat = torch.cat([p.grad.reshape(-1) for p in ps])
+            direction = self._direction(flat, group)
+            for p in ps:
+                self.state[p].setdefault("step", 0)
+            t = self.state[ps[0]]["step"] + 1
+            eta = _lr_at(group["lr"], t)
+            offset = 0
+            for p in ps:
+                n = p.numel()
+                p.add_(direction[offset : offset + n].view_as(p), alpha=-eta)
+                offset += n
+                self.state[p]["step"] = t
+        return loss
+
+
+class ClippedSGD(_GroupNormSGD):
+    r"""**Baseline**: SGD on the clipped gradient :math:`g\min(1, \tau/\|g\|_2)`.
+
+    The norm is taken over the whole parameter group's gradient (global-norm clipping).
+
+    Args:
+        params: parameters or groups.
+        lr: positive step size or callable of the 1-based step count.
+        clip: clipping level :math:`\tau > 0`.
+
+    Example:
+        >>> import torch
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> opt = ClippedSGD([w], lr=1.0, clip=1.0)
+        >>> w.grad = torch.tensor([3.0, 4.0]); opt.step()
+        >>> w.tolist()
+        [-0.6000000238418579, -0.800000011920929]
+    """
+
+    def __init__(self, params, lr: LR, clip: float) -> None:
+        if isinstance(clip, bool) or not isinstance(clip, int | float) or not clip > 0:
+            raise ValueError(f"clip must be a positive number, got {clip!r}")
+        super().__init__(params, {"lr": _check_lr(lr), "clip": float(clip)})
+        for group in self.param_groups:
+            group["lr"] = _check_lr(group["lr"])
+
+    def _direction(self, g, group):
+        return clip_by_norm(g, group["clip"])
+
+
+class NormalizedSGD(_GroupNormSGD):
+    r"""**Baseline**: SGD on the normalised gradient :math:`g/\|g\|_2` (no step on a zero one).
+
+    The norm is over the whole parameter group's gradient.
+
+    Args:
+        params: parameters or groups.
+        lr: positive step size or callable of the 1-based step count.
+
+    Example:
+        >>> import torch
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> opt = NormalizedSGD([w], lr=0.5)
+        >>> w.grad = torch.tensor([30.0, 40.0]); opt.step()
+        >>> [round(v, 4) for v in w.tolist()]
+        [-0.3, -0.4]
+    """
+
+    def __init__(self, params, lr: LR) -> None:
+        super().__init__(params, {"lr": _check_lr(lr)})
+        for group in self.param_groups:
+            group["lr"] = _check_lr(group["lr"])
+
+    def _direction(self, g, group):
+        return normalize(g)
