@@ -44,3 +44,65 @@ def test_sgd_and_baseline_runners_reduce_the_error():
 def test_experiment_is_registered():
     eps = entry_points(group="frontier_opt.experiments")
     assert "heavytail-sgd.convex-rates" in {e.name for e in eps}
+
+
+def test_logistic_gradient_matches_autograd_and_the_minimiser_matches_scipy():
+    from scipy.optimize import minimize
+
+    prob = cr.make_logistic_problem(5, 40, 3)
+    x = torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad(cr.logistic_loss(prob, xr).sum(), xr)
+    torch.testing.assert_close(cr.logistic_grad(prob, x), auto)
+    res = minimize(
+        lambda z: float(cr.logistic_loss(prob, torch.from_numpy(z))),
+        x0=[0.0] * 5,
+        jac=lambda z: cr.logistic_grad(prob, torch.from_numpy(z)).numpy(),
+        method="BFGS",
+        options={"gtol": 1e-12, "maxiter": 10_000},
+    )
+    assert float(cr.logistic_loss(prob, prob["x_star"])) <= res.fun + 1e-12
+    assert float(cr.excess(prob, prob["x1"][None])) > 0
+    assert float((prob["x1"] - prob["x_star"]).norm()) == pytest.approx(1.0)
+
+
+def test_logistic_problem_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="n must be"):
+        cr.make_logistic_problem(5, 9, 0)
+    with pytest.raises(ValueError, match="d must be"):
+        cr.make_problem(1, 0)
+
+
+def test_noise_meets_the_theorems_moment_assumption():
+    for p in cr.P_VALUES:
+        noise = cr.noise_for(p)
+        assert noise.finite_moment(p) and noise.tail_index == pytest.approx(p + cr.TAIL_MARGIN)
+    with pytest.raises(ValueError, match="p must lie"):
+        cr.noise_for(2.5)
+
+
+def test_mean_bootstrap_and_simultaneous_interval_are_wider():
+    g = torch.Generator().manual_seed(1)
+    ts = torch.tensor([10.0, 100.0, 1000.0], dtype=torch.float64)
+    errs = ts[:, None] ** -0.5 * torch.exp(torch.randn(3, 400, generator=g, dtype=torch.float64))
+    point, slopes = cr.bootstrap_slopes(ts, errs, None, 400, g)
+    lo95, hi95 = cr.interval(slopes, 0.95)
+    lo99, hi99 = cr.interval(slopes, 0.99)
+    assert lo99 <= lo95 < -0.5 < hi95 <= hi99 and lo95 < point < hi95
+    with pytest.raises(ValueError, match="level"):
+        cr.interval(slopes, 1.0)
+    with pytest.raises(ValueError, match="q must"):
+        cr.bootstrap_slopes(ts, errs, 1.5, 10, g)
+
+
+def test_quick_path_runs_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(cr, "_horizons", lambda ctx: ([20, 60, 180], 8, 20))
+    assert cr.main(["--quick", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "result.json").read_text())
+    assert isinstance(res["holds"], bool)
+    assert len(res["table"]) == len(cr.PROBLEMS) * len(cr.P_VALUES) * 4
+    inside = [r["prediction_in_verdict_ci"] for r in res["table"] if "verdict_ci" in r]
+    assert len(inside) == 6 and res["holds"] == all(inside)
+    assert all((tmp_path / png).is_file() for png in res["plots"])

@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from .noise import NoiseModel, StudentT, SymmetricAlphaStable, SymmetricPareto, norm_moment_bound
 from .optim import SMD, ClippedSGD, NormalizedSGD
 from .oracle import HeavyTailedOracle, add_gradient_noise_
+from .simplex import Simplex, project_simplex
 from .tail import TailEstimate, estimate_tail_index, hill, moment_estimator
 
 try:
@@ -22,6 +23,7 @@ __all__ = [
     "HeavyTailedOracle",
     "NoiseModel",
     "NormalizedSGD",
+    "Simplex",
     "StudentT",
     "SymmetricAlphaStable",
     "SymmetricPareto",
@@ -32,4 +34,5 @@ __all__ = [
     "hill",
     "moment_estimator",
     "norm_moment_bound",
+    "project_simplex",
 ]
