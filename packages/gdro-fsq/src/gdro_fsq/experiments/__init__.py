@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m gdro_fsq.experiments.<name> [--quick]`."""
