@@ -103,7 +103,7 @@ def gpu(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Run every member's benchmarks/*.py (quick sizes unless `-- --full`), JSON to reports/."""
-    _sync(session, "--all-packages", "--group", "dev")
+    _sync(session, "--all-packages", "--all-extras", "--group", "dev")
     mode = "--full" if "--full" in session.posargs else "--quick"
     for m in LIBRARIES:
         for script in sorted((ROOT / m.path / "benchmarks").glob("[!_]*.py")):
@@ -115,7 +115,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def repro(session: nox.Session) -> None:
     """Every registered headline experiment; the report lands in reports/repro/index.md."""
-    _sync(session, "--all-packages", "--group", "dev")
+    _sync(session, "--all-packages", "--all-extras", "--group", "dev")
     args = session.posargs or ["--quick"]
     session.run("python", "-m", "shared_core.experiment.repro", *args, "--out", "reports/repro")
 
