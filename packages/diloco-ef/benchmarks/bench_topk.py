@@ -10,8 +10,8 @@ import argparse
 from pathlib import Path
 
 import torch
-from diloco_ef.compressors import ApproxTopK, topk_recall
 
+from diloco_ef.compressors import ApproxTopK, topk_recall
 from shared_core.bench import compare, write_json
 
 

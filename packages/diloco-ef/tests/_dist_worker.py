@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import _problems as P
+
 from diloco_ef import (
     QSGD,
     DiLoCo,

@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 import torch
+
 from diloco_ef import (
     LA,
     QSGD,

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from diloco_ef.compressors import (
     QSGD,
     ApproxTopK,

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+
 from diloco_ef import DiLoCo, TorchDistCommunicator
 
 HERE = pathlib.Path(__file__).parent

@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+
 from diloco_ef import EFSGD, QSGD, ApproxTopK, ErrorFeedback, Identity, Int8Absmax, RandomK, TopK
 
 

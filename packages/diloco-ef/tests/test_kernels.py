@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+
 from diloco_ef import QSGD
 from diloco_ef.kernels import (
     stochastic_quantize,
     stochastic_quantize_reference,
     stochastic_quantize_triton,
 )
-
 from shared_core import kernels as K
 
 needs_triton = pytest.mark.skipif(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from diloco_ef.simulation import simulate_diloco, simulate_sgd
 from diloco_ef.theory import (
     diloco_risk,

@@ -4,6 +4,7 @@ from importlib.metadata import entry_points
 
 import pytest
 import torch
+
 from heavytail_sgd.experiments import convex_rates as cr
 from heavytail_sgd.noise import SymmetricAlphaStable
 

@@ -4,13 +4,14 @@ import math
 
 import pytest
 import torch
+from scipy import stats
+
 from heavytail_sgd.noise import (
     StudentT,
     SymmetricAlphaStable,
     SymmetricPareto,
     norm_moment_bound,
 )
-from scipy import stats
 
 
 def _gen(seed):

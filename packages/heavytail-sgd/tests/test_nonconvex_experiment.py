@@ -8,6 +8,7 @@ from importlib.metadata import entry_points
 
 import pytest
 import torch
+
 from heavytail_sgd.experiments import nonconvex as nc
 from heavytail_sgd.noise import SymmetricAlphaStable
 

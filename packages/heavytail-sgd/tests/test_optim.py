@@ -4,9 +4,9 @@ import copy
 
 import pytest
 import torch
+
 from heavytail_sgd.optim import SMD, ClippedSGD, NormalizedSGD, clip_by_norm, normalize
 from heavytail_sgd.schedules import convex_smd_anytime
-
 from shared_core.mirror import Ball, Euclidean, PNorm
 
 torch.set_default_dtype(torch.float64)

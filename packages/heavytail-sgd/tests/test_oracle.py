@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+from scipy import stats
+
 from heavytail_sgd.noise import StudentT, SymmetricPareto
 from heavytail_sgd.oracle import HeavyTailedOracle, add_gradient_noise_
-from scipy import stats
 
 A = torch.tensor([[2.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
 

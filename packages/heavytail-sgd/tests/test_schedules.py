@@ -4,6 +4,7 @@ import math
 import pickle
 
 import pytest
+
 from heavytail_sgd import schedules as S
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from heavytail_sgd.optim import SMD
-from heavytail_sgd.simplex import Simplex, project_simplex
 from scipy.optimize import minimize
 
+from heavytail_sgd.optim import SMD
+from heavytail_sgd.simplex import Simplex, project_simplex
 from shared_core.mirror import Euclidean
 
 

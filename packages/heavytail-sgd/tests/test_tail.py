@@ -5,6 +5,7 @@ import statistics
 
 import pytest
 import torch
+
 from heavytail_sgd.noise import StudentT, SymmetricAlphaStable, SymmetricPareto
 from heavytail_sgd.tail import default_k, estimate_tail_index, hill, moment_estimator
 
