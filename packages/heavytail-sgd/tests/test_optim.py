@@ -9,7 +9,14 @@ from heavytail_sgd.optim import SMD, ClippedSGD, NormalizedSGD, clip_by_norm, no
 from heavytail_sgd.schedules import convex_smd_anytime
 from shared_core.mirror import Ball, Euclidean, PNorm
 
-torch.set_default_dtype(torch.float64)
+
+@pytest.fixture(autouse=True)
+def _float64_default():
+    # Scoped to this module's tests: a global default would leak into every later test.
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
 
 
 def _model(seed=0):
