@@ -1,7 +1,17 @@
 import os
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 torch.set_num_threads(min(torch.get_num_threads(), 2))
+
+
+@pytest.fixture(autouse=True)
+def _float64_default():
+    """Every test of this package runs with float64 as the default dtype, restored after."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)

@@ -1,0 +1,693 @@
+r"""GDRO as a two-player game, with flexible per-round sample sizes, and four baselines.
+
+The problem is :math:`\min_{\theta\in\Theta}\max_{q\in\Delta_m}\ \phi(\theta, q) =
+\sum_i q_i R_i(\theta)`, :math:`R_i` the risk on group :math:`i`. Each round :math:`t` the
+caller fixes how many groups :math:`r_t \in [1, m]` may be queried; the optimizer picks the set
+(:meth:`GroupGame.plan`), the caller draws one sample from each (e.g. with
+:class:`~gdro_fsq.data.GroupSampler`) and passes a closure returning the per-sample losses to
+:meth:`GroupGame.step`. :meth:`GroupGame.round` does all three.
+
+* :class:`GDROFSQ` (the method): FTRL on importance-weighted stochastic gradients for
+  :math:`\theta`; exponential weights (FTRL with entropy) on importance-weighted loss estimates
+  for :math:`q`, with the query set drawn from :math:`\pi = (1-\gamma_t)a(q_t, r_t) +
+  \gamma_t r_t/m`; anytime step sizes; averaged iterates; the running error bound
+  :meth:`GDROFSQ.bound`.
+* :class:`OneSampleBandit`: the same game with :math:`r_t = 1` (one sample per round).
+* :class:`SMDFullInfo`: stochastic mirror descent with :math:`m` samples per round.
+* :class:`SagawaGDRO`: online group DRO (exponentiated gradient on the sampled groups' raw
+  losses, constant steps).
+* :class:`ERM`: uniform weights, SGD on the average loss.
+
+Example:
+    >>> import torch
+    >>> from gdro_fsq.data import GroupSampler
+    >>> X = torch.randn(30, 2, dtype=torch.float64); y = torch.randn(30, dtype=torch.float64)
+    >>> g = torch.arange(30) % 3
+    >>> w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    >>> loss = lambda params, b: ((b.X @ params[0] - b.y) ** 2).clamp(max=1.0)
+    >>> gen = torch.Generator().manual_seed(0)
+    >>> opt = GDROFSQ([w], loss, n_groups=3, lr_theta=0.1, generator=gen)
+    >>> losses = opt.round(GroupSampler(X, y, g, generator=gen), r=2)
+    >>> losses.shape, round(float(opt.q.sum()), 6)
+    (torch.Size([2]), 1.0)
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from shared_core.mirror import get_mirror
+
+from .sampling import (
+    check_sample_size,
+    inclusion_probabilities,
+    systematic_sample,
+    uniform_probabilities,
+)
+
+__all__ = [
+    "ERM",
+    "GDROFSQ",
+    "GroupGame",
+    "OneSampleBandit",
+    "Query",
+    "SMDFullInfo",
+    "SagawaGDRO",
+    "exploration_rate",
+    "fsq_bound",
+    "importance_weighted_losses",
+    "q_step_size",
+]
+
+LossFn = Callable[[Any, Any], Tensor]
+
+
+class Query(NamedTuple):
+    """The groups a round queries and their inclusion probabilities."""
+
+    groups: Tensor  #: the chosen group ids, sorted, length ``r``.
+    probs: Tensor  #: ``P(i in S)`` for each chosen group.
+    r: int  #: the round's sample size.
+    pi: Tensor  #: ``P(i in S)`` for every group, shape ``(m,)``.
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def q_step_size(scale: float, n_groups: int, var_sum: float) -> float:
+    r"""The anytime step :math:`\eta_t = c\sqrt{\log m / V_t}`, :math:`V_t = \sum_{j\le t} m/r_j`.
+
+    Example:
+        >>> round(q_step_size(1.0, 4, 8.0), 6) == round(math.sqrt(math.log(4) / 8), 6)
+        True
+    """
+    return scale * math.sqrt(math.log(n_groups) / var_sum)
+
+
+def exploration_rate(eta: float, n_groups: int, r: int) -> float:
+    r"""The exploration rate :math:`\gamma_t = \min(1/2,\ \eta_t m / r_t)`.
+
+    It keeps every estimate bounded, :math:`\eta_t \hat c_{t,i} \le \eta_t m/(\gamma_t r_t) \le 1`
+    once :math:`\gamma_t < 1/2`, and vanishes like :math:`\sqrt{m\log m/(r t)}`. With
+    :math:`r_t = m` it has no effect (every group is queried).
+    """
+    return min(0.5, eta * n_groups / r)
+
+
+def importance_weighted_losses(values: Tensor, groups: Tensor, probs: Tensor, m: int) -> Tensor:
+    r""":math:`\hat v_i = v_i\,\mathbb 1[i \in S] / \pi_i`: unbiased for the full vector.
+
+    Args:
+        values: one value per queried group, shape ``(r,)``.
+        groups: the queried groups, shape ``(r,)``, distinct.
+        probs: their inclusion probabilities :math:`\pi_i`, shape ``(r,)``.
+        m: the number of groups.
+
+    Returns:
+        The estimate, shape ``(m,)``, zero off ``S``.
+
+    Example:
+        >>> v, S, p = torch.tensor([0.5]), torch.tensor([2]), torch.tensor([0.25])
+        >>> importance_weighted_losses(v, S, p, 3)
+        tensor([0., 0., 2.])
+    """
+    out = torch.zeros(m, dtype=values.dtype)
+    out[groups] = values / probs.to(values.dtype)
+    return out
+
+
+def fsq_bound(
+    t: int,
+    var_sum: float,
+    n_groups: int,
+    *,
+    radius: float,
+    grad_bound: float,
+    lr_theta: float,
+    lr_q: float,
+    loss_bound: float = 1.0,
+) -> float:
+    r"""The in-expectation optimization-error bound of :class:`GDROFSQ` after ``t`` rounds.
+
+    .. math::
+
+        \varepsilon_t \le \frac{2}{t}\Big[\frac{(2D)^2\sqrt t}{2c_\theta}
+        + 16\,c_\theta G^2\sqrt t + B\big(\tfrac{1}{c_q} + 4c_q\big)\sqrt{V_t\log m}\Big],
+        \qquad V_t = \sum_{j\le t} \frac{m}{r_j},
+
+    with :math:`D` the radius of :math:`\Theta`, :math:`G` the per-sample gradient bound,
+    :math:`B` the loss bound, :math:`\eta^\theta_t = c_\theta/\sqrt t` and
+    :math:`\eta^q_t = c_q\sqrt{\log m/V_t}` (README, "The math"). Since :math:`m/r_j \ge 1`
+    this is :math:`O(\frac1t\sqrt{\sum_j (m/r_j)\log m})`.
+
+    Example:
+        >>> b1 = fsq_bound(100, 100 * 10.0, 10, radius=1, grad_bound=1, lr_theta=0.3, lr_q=0.5)
+        >>> b2 = fsq_bound(100, 100 * 1.0, 10, radius=1, grad_bound=1, lr_theta=0.3, lr_q=0.5)
+        >>> b1 > b2
+        True
+    """
+    if t < 1:
+        raise ValueError(f"the bound needs t >= 1, got {t}")
+    theta = (2 * radius) ** 2 * math.sqrt(t) / (
+        2 * lr_theta
+    ) + 16 * lr_theta * grad_bound**2 * math.sqrt(t)
+    q = loss_bound * (1 / lr_q + 4 * lr_q) * math.sqrt(var_sum * math.log(n_groups))
+    return 2 * (theta + q) / t
+
+
+def _positive(name: str, value: Any, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and value > 0)
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- the game
+
+
+class GroupGame(Optimizer, abc.ABC):
+    r"""Common machinery: query planning, loss checks, the :math:`\theta` player and averaging.
+
+    Args:
+        params: the model parameters (or parameter groups).
+        loss_fn: ``loss_fn(model_or_params, batch) -> Tensor`` of per-sample losses, one per
+            queried group, in ``[0, loss_bound]``, differentiable in the parameters.
+        n_groups: the number of groups ``m >= 2``.
+        lr_theta: :math:`c_\theta`; the step is :math:`c_\theta/\sqrt t` (``theta_decay``) or
+            constant.
+        model: what ``loss_fn`` receives first (default: the list of parameters).
+        loss_bound: :math:`B`; losses outside ``[0, B]`` are refused.
+        radius: :math:`D`: :math:`\Theta = \{\|\theta\|_2 \le D\}` over all parameters jointly
+            (default: unconstrained).
+        theta_update: ``"ftrl"`` (lazy projection of the summed gradients) or ``"sgd"``.
+        theta_decay: the :math:`1/\sqrt t` decay of the :math:`\theta` step.
+        generator: the random source for the query sets.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        loss_fn: LossFn,
+        n_groups: int,
+        lr_theta: float,
+        *,
+        model: Any = None,
+        loss_bound: float = 1.0,
+        radius: float | None = None,
+        theta_update: str = "sgd",
+        theta_decay: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not callable(loss_fn):
+            raise ValueError(f"loss_fn must be callable, got {loss_fn!r}")
+        if isinstance(n_groups, bool) or not isinstance(n_groups, int) or n_groups < 2:
+            raise ValueError(f"n_groups must be an integer >= 2, got {n_groups!r}")
+        if theta_update not in ("ftrl", "sgd"):
+            raise ValueError(f"theta_update must be 'ftrl' or 'sgd', got {theta_update!r}")
+        defaults = {"lr_theta": _positive("lr_theta", lr_theta)}
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            group["lr_theta"] = _positive("lr_theta", group["lr_theta"])
+        self.loss_fn = loss_fn
+        self.n_groups = n_groups
+        self.model = model
+        self.loss_bound = _positive("loss_bound", loss_bound)
+        self.radius = _positive("radius", radius, allow_none=True)
+        self.theta_update = theta_update
+        self.theta_decay = bool(theta_decay)
+        self.generator = generator
+        self._query: Query | None = None
+        self.game: dict[str, Any] = {
+            "t": 0,
+            "samples": 0,
+            "var_sum": 0.0,
+            "q": torch.full((n_groups,), 1.0 / n_groups, dtype=torch.float64),
+            "q_sum": torch.zeros(n_groups, dtype=torch.float64),
+        }
+        if self.radius is not None:
+            self._project_(self._params())
+
+    # -- bookkeeping
+    def _params(self) -> list[Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @property
+    def t(self) -> int:
+        """Rounds completed."""
+        return int(self.game["t"])
+
+    @property
+    def samples(self) -> int:
+        """Samples queried so far, :math:`\\sum_j r_j`."""
+        return int(self.game["samples"])
+
+    @property
+    def q(self) -> Tensor:
+        """The group weights of the latest planned (or last played) round."""
+        return self.game["q"].clone()
+
+    def averaged_q(self) -> Tensor:
+        r""":math:`\bar q_t = \frac1t\sum_{j\le t} q_j` (uniform before the first round)."""
+        if self.t == 0:
+            return self.q
+        return self.game["q_sum"] / self.t
+
+    def averaged_params(self) -> list[Tensor]:
+        r""":math:`\bar\theta_t = \frac1t\sum_{j\le t}\theta_j`, one tensor per parameter."""
+        out = []
+        for p in self._params():
+            avg = self.state[p].get("avg") if p in self.state else None
+            out.append((avg if avg is not None else p).detach().clone())
+        return out
+
+    @contextlib.contextmanager
+    def swap_average(self) -> Iterator[None]:
+        """Within the block the parameters hold their averages; the iterates come back after."""
+        params = self._params()
+        saved = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for p, a in zip(params, self.averaged_params(), strict=True):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, s in zip(params, saved, strict=True):
+                    p.copy_(s)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The torch.optim state plus the game's (weights, counters, generator state)."""
+        sd = super().state_dict()
+        sd["game"] = {k: (v.clone() if isinstance(v, Tensor) else v) for k, v in self.game.items()}
+        if self.generator is not None:
+            sd["game"]["generator_state"] = self.generator.get_state()
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (any pending plan is dropped)."""
+        sd = dict(state_dict)
+        game = dict(sd.pop("game"))
+        gen_state = game.pop("generator_state", None)
+        super().load_state_dict(sd)
+        self.game = {k: (v.clone() if isinstance(v, Tensor) else v) for k, v in game.items()}
+        if gen_state is not None and self.generator is not None:
+            self.generator.set_state(gen_state)
+        self._query = None
+
+    # -- the round
+    def _check_r(self, r: int) -> int:
+        return check_sample_size(r, self.n_groups)
+
+    @abc.abstractmethod
+    def _inclusion(self, r: int, t: int) -> Tensor:
+        """Set ``game['q']`` to :math:`q_t` and return the marginals :math:`\\pi_t`, shape (m,)."""
+
+    @abc.abstractmethod
+    def _theta_weights(self, query: Query) -> Tensor:
+        """Weights ``w`` (shape (r,)) such that ``sum_k w_k loss_k`` estimates the objective."""
+
+    @abc.abstractmethod
+    def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
+        """Update player 2 from the losses divided by the loss bound (shape (r,))."""
+
+    def plan(self, r: int) -> Query:
+        """Choose this round's groups: ``r`` distinct ids with their inclusion probabilities."""
+        r = self._check_r(r)
+        t = self.t + 1
+        pi = self._inclusion(r, t)
+        groups = systematic_sample(pi, self.generator)
+        self._query = Query(groups, pi[groups], r, pi)
+        return self._query
+
+    def _check_losses(self, losses: Any, r: int) -> Tensor:
+        if not isinstance(losses, Tensor):
+            raise ValueError(f"the closure must return a tensor of losses, got {type(losses)!r}")
+        if losses.shape != (r,):
+            raise ValueError(
+                f"the closure must return one loss per queried group, shape ({r},); got "
+                f"{tuple(losses.shape)}"
+            )
+        if not bool(torch.isfinite(losses).all()):
+            raise ValueError(f"non-finite losses: {losses.detach().tolist()}")
+        lo, hi = float(losses.detach().min()), float(losses.detach().max())
+        tol = 1e-9 * self.loss_bound
+        if lo < -tol or hi > self.loss_bound + tol:
+            raise ValueError(
+                f"losses must lie in [0, loss_bound={self.loss_bound}], got range [{lo}, {hi}]"
+            )
+        return losses
+
+    def _theta_lr(self, group: dict[str, Any], t: int) -> float:
+        c = group["lr_theta"]
+        return c / math.sqrt(t) if self.theta_decay else c
+
+    def _project_(self, params: list[Tensor]) -> None:
+        if self.radius is None:
+            return
+        with torch.no_grad():
+            nrm = math.sqrt(sum(float((p.detach() ** 2).sum()) for p in params))
+            if nrm > self.radius:
+                for p in params:
+                    p.mul_(self.radius / nrm)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor:  # type: ignore[override]
+        """Play the planned round: evaluate the losses, update both players, return the losses.
+
+        Args:
+            closure: returns the per-sample losses of the samples drawn for the groups of the
+                last :meth:`plan` (in the order of ``query.groups``), with autograd enabled.
+
+        Returns:
+            The detached losses, shape ``(r,)``.
+        """
+        if closure is None:
+            raise ValueError("step needs a closure returning the per-sample losses")
+        query = self._query
+        if query is None:
+            raise ValueError("call plan(r) before step(closure): no round is planned")
+        with torch.enable_grad():
+            losses = self._check_losses(closure(), query.r)
+            params = [p for p in self._params() if p.requires_grad]
+            weights = self._theta_weights(query).to(losses.dtype)
+            objective = (weights * losses).sum()
+            grads = torch.autograd.grad(objective, params, allow_unused=True)
+        t = self.t + 1
+        self._update_theta(dict(zip(map(id, params), grads, strict=True)), t)
+        self.game["q_sum"] = self.game["q_sum"] + self.game["q"]
+        self._update_q(losses.detach().to(torch.float64) / self.loss_bound, query, t)
+        self.game["t"] = t
+        self.game["samples"] += query.r
+        self._query = None
+        return losses.detach()
+
+    def _update_theta(self, grads: dict[int, Tensor | None], t: int) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["avg"] = torch.zeros_like(p)
+                    if self.theta_update == "ftrl":
+                        state["anchor"] = p.detach().clone()
+                        state["grad_sum"] = torch.zeros_like(p)
+                state["avg"].add_(p.detach() - state["avg"], alpha=1.0 / t)
+                g = grads.get(id(p))
+                if g is None:
+                    g = torch.zeros_like(p)
+                if self.theta_update == "ftrl":
+                    state["grad_sum"].add_(g)
+                    eta_next = self._theta_lr(group, t + 1)
+                    p.copy_(state["anchor"] - eta_next * state["grad_sum"])
+                else:
+                    p.sub_(g, alpha=self._theta_lr(group, t))
+        self._project_(self._params())
+
+    def round(self, sampler: Any, r: int) -> Tensor:
+        """``plan(r)``, draw one sample per chosen group from ``sampler``, ``step``."""
+        query = self.plan(r)
+        batch = sampler.sample(query.groups)
+        target = self.model if self.model is not None else self._params()
+        return self.step(lambda: self.loss_fn(target, batch))
+
+
+class GDROFSQ(GroupGame):
+    r"""Anytime GDRO with flexible sample queries (the method).
+
+    Round :math:`t` with budget :math:`r_t`:
+
+    1. :math:`V_t = V_{t-1} + m/r_t`, :math:`\eta_t = c_q\sqrt{\log m/V_t}`,
+       :math:`q_t = \operatorname{softmax}(-\eta_t \hat C_{t-1})`,
+       :math:`\gamma_t = \min(1/2, \eta_t m/r_t)`;
+    2. query :math:`S_t`, :math:`|S_t| = r_t`, with marginals
+       :math:`\pi_t = (1-\gamma_t)a(q_t, r_t) + \gamma_t r_t/m`;
+    3. :math:`\theta`: stochastic gradient :math:`g_t = \sum_{i\in S_t} (q_{t,i}/\pi_{t,i})
+       \nabla\ell(\theta_t; z_{t,i})`, FTRL
+       :math:`\theta_{t+1} = \Pi_\Theta(\theta_1 - \eta^\theta_{t+1}\sum_{j\le t} g_j)`;
+    4. :math:`q`: :math:`\hat C_t = \hat C_{t-1} + \hat c_t`,
+       :math:`\hat c_{t,i} = (1 - \ell_{t,i}/B)\mathbb 1[i\in S_t]/\pi_{t,i}`.
+
+    Args:
+        params, loss_fn, n_groups, model, loss_bound, radius, generator: as in
+            :class:`GroupGame`.
+        lr_theta: :math:`c_\theta` (default, when ``radius`` and ``grad_bound`` are given:
+            :math:`D/(2\sqrt2 G)`, the minimiser of the bound).
+        lr_q: :math:`c_q` (default 1/2, the minimiser of :math:`1/c + 4c`).
+        grad_bound: :math:`G`, a bound on the per-sample gradient norm; with ``radius`` it
+            enables :meth:`bound`.
+        theta_update: ``"ftrl"`` (default) or ``"sgd"``.
+        explore: use the adaptive exploration :math:`\gamma_t` (``False``: :math:`\gamma = 0`).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        loss_fn: LossFn,
+        n_groups: int,
+        lr_theta: float | None = None,
+        *,
+        lr_q: float = 0.5,
+        grad_bound: float | None = None,
+        radius: float | None = None,
+        loss_bound: float = 1.0,
+        model: Any = None,
+        theta_update: str = "ftrl",
+        explore: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.grad_bound = _positive("grad_bound", grad_bound, allow_none=True)
+        if lr_theta is None:
+            if radius is None or grad_bound is None:
+                raise ValueError("lr_theta is needed unless both radius and grad_bound are given")
+            lr_theta = float(radius) / (2 * math.sqrt(2) * float(grad_bound))
+        super().__init__(
+            params,
+            loss_fn,
+            n_groups,
+            lr_theta,
+            model=model,
+            loss_bound=loss_bound,
+            radius=radius,
+            theta_update=theta_update,
+            theta_decay=True,
+            generator=generator,
+        )
+        self.lr_q = _positive("lr_q", lr_q)
+        self.explore = bool(explore)
+        self.game["est_sum"] = torch.zeros(n_groups, dtype=torch.float64)
+        self.game["eta_q"] = math.nan
+        self.game["gamma"] = math.nan
+
+    def _inclusion(self, r: int, t: int) -> Tensor:
+        m = self.n_groups
+        var_sum = self.game["var_sum"] + m / r
+        eta = q_step_size(self.lr_q, m, var_sum)
+        self.game["q"] = torch.softmax(-eta * self.game["est_sum"], dim=0)
+        gamma = exploration_rate(eta, m, r) if self.explore else 0.0
+        self.game["eta_q"], self.game["gamma"] = eta, gamma
+        return inclusion_probabilities(self.game["q"], r, gamma)
+
+    def _theta_weights(self, query: Query) -> Tensor:
+        return self.game["q"][query.groups] / query.probs
+
+    def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
+        est = importance_weighted_losses(1 - scaled, query.groups, query.probs, self.n_groups)
+        self.game["est_sum"] = self.game["est_sum"] + est
+        self.game["var_sum"] += self.n_groups / query.r
+
+    def bound(self) -> float:
+        """:func:`fsq_bound` at the current round (needs ``radius`` and ``grad_bound``)."""
+        if self.radius is None or self.grad_bound is None:
+            raise ValueError("the bound needs radius and grad_bound")
+        if self.t == 0:
+            raise ValueError("the bound is defined after the first round")
+        return fsq_bound(
+            self.t,
+            self.game["var_sum"],
+            self.n_groups,
+            radius=self.radius,
+            grad_bound=self.grad_bound,
+            lr_theta=self.param_groups[0]["lr_theta"],
+            lr_q=self.lr_q,
+            loss_bound=self.loss_bound,
+        )
+
+
+class OneSampleBandit(GDROFSQ):
+    """The one-sample bandit baseline: :class:`GDROFSQ` restricted to ``r_t = 1``.
+
+    The query is one group drawn from :math:`(1-\\gamma_t)q_t + \\gamma_t/m`; the gradient is
+    that sample's, reweighted by :math:`q_{t,i}/\\pi_{t,i}`; ``q`` runs exponential weights on
+    the importance-weighted loss estimate.
+    """
+
+    def _check_r(self, r: int) -> int:
+        if check_sample_size(r, self.n_groups) != 1:
+            raise ValueError(f"OneSampleBandit queries one sample per round, got r={r}")
+        return 1
+
+    def round(self, sampler: Any, r: int = 1) -> Tensor:
+        """One round with a single sample."""
+        return super().round(sampler, r)
+
+
+class SMDFullInfo(GroupGame):
+    r"""Stochastic mirror descent with ``m`` samples per round (one per group).
+
+    :math:`\theta_{t+1} = \Pi_\Theta(\theta_t - \eta^\theta_t\sum_i q_{t,i}\nabla\ell_i)`,
+    :math:`q_{t+1} \propto q_t\, e^{\eta^q_t \ell_t / B}` (the entropic mirror step of
+    :mod:`shared_core.mirror`), :math:`\eta^\theta_t = c_\theta/\sqrt t`,
+    :math:`\eta^q_t = c_q\sqrt{\log m / t}`.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        loss_fn: LossFn,
+        n_groups: int,
+        lr_theta: float,
+        *,
+        lr_q: float = 1.0,
+        radius: float | None = None,
+        loss_bound: float = 1.0,
+        model: Any = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            params,
+            loss_fn,
+            n_groups,
+            lr_theta,
+            model=model,
+            loss_bound=loss_bound,
+            radius=radius,
+            theta_update="sgd",
+            theta_decay=True,
+            generator=generator,
+        )
+        self.lr_q = _positive("lr_q", lr_q)
+        self._mirror = get_mirror("entropy")
+
+    def _check_r(self, r: int) -> int:
+        if check_sample_size(r, self.n_groups) != self.n_groups:
+            raise ValueError(f"SMDFullInfo queries all m={self.n_groups} groups, got r={r}")
+        return self.n_groups
+
+    def round(self, sampler: Any, r: int | None = None) -> Tensor:
+        """One round with one sample from every group."""
+        return super().round(sampler, self.n_groups if r is None else r)
+
+    def _inclusion(self, r: int, t: int) -> Tensor:
+        return torch.ones(self.n_groups, dtype=torch.float64)
+
+    def _theta_weights(self, query: Query) -> Tensor:
+        return self.game["q"][query.groups]
+
+    def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
+        eta = q_step_size(self.lr_q, self.n_groups, float(t))
+        gain = torch.zeros(self.n_groups, dtype=torch.float64)
+        gain[query.groups] = scaled
+        self.game["q"] = self._mirror.step(self.game["q"], -gain, eta)
+
+
+class SagawaGDRO(GroupGame):
+    r"""Online group DRO of Sagawa et al.: exponentiated gradient on the sampled groups' losses.
+
+    ``r`` groups uniformly without replacement;
+    :math:`q_{t+1,i} \propto q_{t,i} e^{\eta_q \ell_{t,i}/B}` for queried :math:`i` (raw losses,
+    no importance weighting), :math:`\theta_{t+1} = \theta_t - \eta_\theta (m/r)
+    \sum_{i\in S} q_{t,i}\nabla\ell_{t,i}`; constant step sizes.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        loss_fn: LossFn,
+        n_groups: int,
+        lr_theta: float,
+        *,
+        lr_q: float = 0.01,
+        radius: float | None = None,
+        loss_bound: float = 1.0,
+        model: Any = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            params,
+            loss_fn,
+            n_groups,
+            lr_theta,
+            model=model,
+            loss_bound=loss_bound,
+            radius=radius,
+            theta_update="sgd",
+            theta_decay=False,
+            generator=generator,
+        )
+        self.lr_q = _positive("lr_q", lr_q)
+        self._mirror = get_mirror("entropy")
+
+    def _inclusion(self, r: int, t: int) -> Tensor:
+        return uniform_probabilities(self.n_groups, r)
+
+    def _theta_weights(self, query: Query) -> Tensor:
+        return self.game["q"][query.groups] * (self.n_groups / query.r)
+
+    def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
+        gain = torch.zeros(self.n_groups, dtype=torch.float64)
+        gain[query.groups] = scaled
+        self.game["q"] = self._mirror.step(self.game["q"], -gain, self.lr_q)
+
+
+class ERM(GroupGame):
+    r"""Empirical risk minimisation over the group mixture: uniform ``q``, SGD on the mean loss.
+
+    ``r`` groups uniformly without replacement; :math:`\theta_{t+1} = \theta_t -
+    \eta_t \frac1r\sum_{i\in S}\nabla\ell_{t,i}`, :math:`\eta_t = c_\theta/\sqrt t`.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        loss_fn: LossFn,
+        n_groups: int,
+        lr_theta: float,
+        *,
+        radius: float | None = None,
+        loss_bound: float = 1.0,
+        model: Any = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(
+            params,
+            loss_fn,
+            n_groups,
+            lr_theta,
+            model=model,
+            loss_bound=loss_bound,
+            radius=radius,
+            theta_update="sgd",
+            theta_decay=True,
+            generator=generator,
+        )
+
+    def _inclusion(self, r: int, t: int) -> Tensor:
+        return uniform_probabilities(self.n_groups, r)
+
+    def _theta_weights(self, query: Query) -> Tensor:
+        return torch.full((query.r,), 1.0 / query.r, dtype=torch.float64)
+
+    def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
+        return None

@@ -1,0 +1,345 @@
+"""The game's updates against hand computation, full information, baselines, conventions."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from gdro_fsq.optim import ERM, GDROFSQ, OneSampleBandit, SagawaGDRO, SMDFullInfo, fsq_bound
+from gdro_fsq.oracle import make_grouped_logistic
+
+# A toy game on a scalar parameter w: group i's per-sample loss is A[i] * w + C[i], the
+# batch only says which group a row comes from.
+A = torch.tensor([0.2, -0.1, 0.3], dtype=torch.float64)
+C = torch.tensor([0.3, 0.5, 0.1], dtype=torch.float64)
+
+
+def _toy_loss(params, batch):
+    return A[batch.group] * params[0][0] + C[batch.group]
+
+
+class _ToySampler:
+    def sample(self, groups):
+        from gdro_fsq.data import Batch
+
+        return Batch(None, None, groups)
+
+
+def _softmax(v):
+    mx = max(v)
+    e = [math.exp(x - mx) for x in v]
+    return [x / sum(e) for x in e]
+
+
+def test_full_information_two_rounds_by_hand():
+    w = torch.tensor([0.5], requires_grad=True)
+    c_theta, c_q = 0.4, 0.5
+    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q)
+    a, cc = A.tolist(), C.tolist()
+    # round 1: q uniform, all groups, pi = 1
+    l1 = [a[i] * 0.5 + cc[i] for i in range(3)]
+    got1 = opt.round(_ToySampler(), 3)
+    torch.testing.assert_close(got1, torch.tensor(l1))
+    g1 = sum(ai / 3 for ai in a)
+    w2 = 0.5 - c_theta / math.sqrt(2) * g1
+    assert w.item() == pytest.approx(w2, abs=1e-14)
+    # round 2: V_2 = 2, eta_2 = c_q sqrt(log 3 / 2), q_2 = softmax(-eta_2 (1 - l1))
+    eta2 = c_q * math.sqrt(math.log(3) / 2)
+    q2 = _softmax([-eta2 * (1 - x) for x in l1])
+    opt.round(_ToySampler(), 3)
+    torch.testing.assert_close(opt.q, torch.tensor(q2))
+    g2 = sum(q2[i] * a[i] for i in range(3))
+    w3 = 0.5 - c_theta / math.sqrt(3) * (g1 + g2)
+    assert w.item() == pytest.approx(w3, abs=1e-14)
+    # averages: of the points where the gradients were taken
+    assert opt.averaged_params()[0].item() == pytest.approx((0.5 + w2) / 2, abs=1e-14)
+    torch.testing.assert_close(opt.averaged_q(), (torch.full((3,), 1 / 3) + torch.tensor(q2)) / 2)
+
+
+def test_one_sample_two_rounds_by_hand():
+    w = torch.tensor([0.5], requires_grad=True)
+    c_theta, c_q = 0.4, 0.5
+    opt = GDROFSQ(
+        [w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q, generator=torch.Generator().manual_seed(0)
+    )
+    a, cc = A.tolist(), C.tolist()
+    # round 1: V = 3, eta = c_q sqrt(log3/3), gamma = min(1/2, 3 eta) = 1/2, pi = 1/3 each
+    eta1 = c_q * math.sqrt(math.log(3) / 3)
+    assert min(0.5, 3 * eta1) == 0.5
+    q1 = opt.plan(1)
+    torch.testing.assert_close(q1.pi, torch.full((3,), 1 / 3))
+    j = int(q1.groups[0])
+    opt.step(lambda: _toy_loss([w], _ToySampler().sample(q1.groups)))
+    l1 = a[j] * 0.5 + cc[j]
+    g1 = (1 / 3) / (1 / 3) * a[j]
+    w2 = 0.5 - c_theta / math.sqrt(2) * g1
+    assert w.item() == pytest.approx(w2, abs=1e-14)
+    est = [0.0, 0.0, 0.0]
+    est[j] = (1 - l1) / (1 / 3)
+    # round 2: V = 6, eta_2, q_2 = softmax(-eta_2 est), gamma_2 = min(1/2, 3 eta_2)
+    eta2 = c_q * math.sqrt(math.log(3) / 6)
+    q2 = _softmax([-eta2 * e for e in est])
+    gam2 = min(0.5, 3 * eta2)
+    pi2 = [(1 - gam2) * q + gam2 / 3 for q in q2]  # r = 1: the allocation is q itself
+    plan2 = opt.plan(1)
+    torch.testing.assert_close(opt.q, torch.tensor(q2))
+    torch.testing.assert_close(plan2.pi, torch.tensor(pi2))
+    k = int(plan2.groups[0])
+    opt.step(lambda: _toy_loss([w], _ToySampler().sample(plan2.groups)))
+    g2 = q2[k] / pi2[k] * a[k]
+    w3 = 0.5 - c_theta / math.sqrt(3) * (g1 + g2)
+    assert w.item() == pytest.approx(w3, abs=1e-14)
+
+
+def _logistic(m=4, seed=0):
+    return make_grouped_logistic(m, 3, 20, seed=seed)
+
+
+def test_r_equals_m_is_full_information_hedge():
+    prob = _logistic()
+    gen = torch.Generator().manual_seed(1)
+    w = torch.zeros(3, requires_grad=True)
+    opt = GDROFSQ([w], prob.loss_fn, 4, lr_theta=0.7, lr_q=0.8, generator=gen)
+    s = prob.sampler(gen)
+    cum = torch.zeros(4)
+    theta = torch.zeros(3)
+    grad_sum = torch.zeros(3)
+    for t in range(1, 16):
+        eta = 0.8 * math.sqrt(math.log(4) / t)
+        q_ref = torch.softmax(eta * cum, 0)  # Hedge on the gains l / B
+        plan = opt.plan(4)
+        assert plan.groups.tolist() == [0, 1, 2, 3]
+        torch.testing.assert_close(opt.q, q_ref)
+        batch = s.sample(plan.groups)
+        th = theta.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad((q_ref * prob.per_sample_loss(th, batch.X, batch.y)).sum(), th)
+        losses = opt.step(lambda b=batch: prob.loss_fn([w], b))
+        cum += losses
+        grad_sum += g
+        theta = -0.7 / math.sqrt(t + 1) * grad_sum
+        torch.testing.assert_close(w.detach(), theta)
+
+
+ALL = [
+    lambda p, f, m, gen: GDROFSQ(p, f, m, lr_theta=0.5, generator=gen),
+    lambda p, f, m, gen: GDROFSQ(p, f, m, lr_theta=0.5, generator=gen, theta_update="sgd"),
+    lambda p, f, m, gen: SagawaGDRO(p, f, m, lr_theta=0.1, lr_q=0.5, generator=gen),
+    lambda p, f, m, gen: ERM(p, f, m, lr_theta=0.5, generator=gen),
+]
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_weights_stay_on_the_simplex_under_random_sizes(make):
+    prob = _logistic(m=5)
+    gen = torch.Generator().manual_seed(2)
+    w = torch.zeros(3, requires_grad=True)
+    opt = make([w], prob.loss_fn, 5, gen)
+    s = prob.sampler(gen)
+    for t in range(60):
+        opt.round(s, 1 + t % 5)
+        for q in (opt.q, opt.averaged_q()):
+            assert bool((q >= 0).all())
+            assert abs(float(q.sum()) - 1) < 1e-12
+    assert opt.samples == sum(1 + t % 5 for t in range(60))
+
+
+def test_smd_and_one_sample_baselines():
+    prob = _logistic(m=4)
+    gen = torch.Generator().manual_seed(3)
+    s = prob.sampler(gen)
+    w = torch.zeros(3, requires_grad=True)
+    smd = SMDFullInfo([w], prob.loss_fn, 4, lr_theta=0.5, lr_q=1.0, generator=gen)
+    losses = smd.round(s)
+    # one exponentiated-gradient step on the gains from uniform
+    eta = math.sqrt(math.log(4) / 1)
+    torch.testing.assert_close(smd.q, torch.softmax(eta * losses, 0))
+    with pytest.raises(ValueError, match="all m=4"):
+        smd.plan(2)
+    v = torch.zeros(3, requires_grad=True)
+    one = OneSampleBandit([v], prob.loss_fn, 4, lr_theta=0.5, generator=gen)
+    assert one.round(s).shape == (1,)
+    with pytest.raises(ValueError, match="one sample"):
+        one.plan(2)
+
+
+def test_sagawa_update_by_hand():
+    w = torch.tensor([0.5], requires_grad=True)
+    opt = SagawaGDRO(
+        [w], _toy_loss, 3, lr_theta=0.2, lr_q=0.7, generator=torch.Generator().manual_seed(4)
+    )
+    plan = opt.plan(2)
+    torch.testing.assert_close(plan.pi, torch.full((3,), 2 / 3))
+    losses = opt.step(lambda: _toy_loss([w], _ToySampler().sample(plan.groups)))
+    gains = torch.zeros(3)
+    gains[plan.groups] = losses
+    torch.testing.assert_close(opt.q, torch.softmax(0.7 * gains, 0))
+    g = sum((1 / 3) * (3 / 2) * A[i].item() for i in plan.groups.tolist())
+    assert w.item() == pytest.approx(0.5 - 0.2 * g, abs=1e-14)
+
+
+def _run(seed, rounds=30, make=ALL[0]):
+    prob = _logistic(m=5)
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.zeros(3, requires_grad=True)
+    opt = make([w], prob.loss_fn, 5, gen)
+    s = prob.sampler(gen)
+    for t in range(rounds):
+        opt.round(s, 1 + t % 3)
+    return w.detach().clone(), opt.q, opt
+
+
+def test_determinism_under_a_seed():
+    w1, q1, _ = _run(7)
+    w2, q2, _ = _run(7)
+    _, q3, _ = _run(8)
+    assert torch.equal(w1, w2) and torch.equal(q1, q2)
+    assert not torch.equal(q1, q3)
+
+
+def test_state_dict_round_trip_continues_identically():
+    prob = _logistic(m=5)
+    gen = torch.Generator().manual_seed(9)
+    w = torch.zeros(3, requires_grad=True)
+    opt = GDROFSQ([w], prob.loss_fn, 5, lr_theta=0.5, generator=gen)
+    s = prob.sampler(gen)
+    for _ in range(10):
+        opt.round(s, 2)
+    sd = copy.deepcopy(opt.state_dict())
+    w_saved = w.detach().clone()
+    for _ in range(10):
+        opt.round(s, 3)
+    ref_w, ref_q = w.detach().clone(), opt.q
+    v = w_saved.clone().requires_grad_(True)
+    gen2 = torch.Generator()
+    opt2 = GDROFSQ([v], prob.loss_fn, 5, lr_theta=0.5, generator=gen2)
+    opt2.load_state_dict(sd)
+    s2 = prob.sampler(gen2)
+    for _ in range(10):
+        opt2.round(s2, 3)
+    assert torch.equal(v.detach(), ref_w) and torch.equal(opt2.q, ref_q)
+    assert opt2.t == 20 and opt2.samples == 50
+
+
+def test_ball_constraint_holds():
+    prob = _logistic(m=4)
+    gen = torch.Generator().manual_seed(0)
+    w = torch.full((3,), 5.0, requires_grad=True)
+    opt = GDROFSQ([w], prob.loss_fn, 4, lr_theta=50.0, radius=1.0, generator=gen)
+    assert float(w.detach().norm()) <= 1 + 1e-12
+    s = prob.sampler(gen)
+    for _ in range(10):
+        opt.round(s, 2)
+        assert float(w.detach().norm()) <= 1 + 1e-12
+
+
+def test_bound_decreases_with_sample_size_and_matches_formula():
+    prob = _logistic(m=4)
+    gen = torch.Generator().manual_seed(0)
+    w = torch.zeros(3, requires_grad=True)
+    opt = GDROFSQ(
+        [w], prob.loss_fn, 4, radius=prob.radius, grad_bound=prob.grad_bound, generator=gen
+    )
+    s = prob.sampler(gen)
+    for r in (1, 2, 4):
+        opt.round(s, r)
+    c = prob.radius / (2 * math.sqrt(2) * prob.grad_bound)
+    assert opt.param_groups[0]["lr_theta"] == pytest.approx(c)
+    v = 4 / 1 + 4 / 2 + 4 / 4
+    theta = (2 * prob.radius) ** 2 * math.sqrt(3) / (
+        2 * c
+    ) + 16 * c * prob.grad_bound**2 * math.sqrt(3)
+    expect = 2 * (theta + (1 / 0.5 + 2) * math.sqrt(v * math.log(4))) / 3
+    assert opt.bound() == pytest.approx(expect)
+    kw = {"radius": 1.0, "grad_bound": 1.0, "lr_theta": 0.3, "lr_q": 0.5}
+    assert fsq_bound(50, 50 * 10.0, 10, **kw) > fsq_bound(50, 50 * 2.0, 10, **kw)
+
+
+# ---- bad input
+
+
+def test_bad_constructor_arguments():
+    w = torch.zeros(1, requires_grad=True)
+    with pytest.raises(ValueError, match="n_groups"):
+        GDROFSQ([w], _toy_loss, 1, lr_theta=0.1)
+    with pytest.raises(ValueError, match="lr_theta"):
+        GDROFSQ([w], _toy_loss, 3, lr_theta=-1.0)
+    with pytest.raises(ValueError, match="lr_theta is needed"):
+        GDROFSQ([w], _toy_loss, 3)
+    with pytest.raises(ValueError, match="loss_fn"):
+        GDROFSQ([w], None, 3, lr_theta=0.1)
+    with pytest.raises(ValueError, match="theta_update"):
+        GDROFSQ([w], _toy_loss, 3, lr_theta=0.1, theta_update="adam")
+    with pytest.raises(ValueError, match="lr_q"):
+        GDROFSQ([w], _toy_loss, 3, lr_theta=0.1, lr_q=float("nan"))
+
+
+@pytest.mark.parametrize("r", [0, 4, -2, 2.5])
+def test_sample_size_outside_range(r):
+    w = torch.zeros(1, requires_grad=True)
+    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=0.1)
+    with pytest.raises(ValueError, match="r_t"):
+        opt.round(_ToySampler(), r)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.5, 1.5])
+def test_bad_losses(bad):
+    w = torch.zeros(1, requires_grad=True)
+    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=0.1)
+    opt.plan(2)
+    with pytest.raises(ValueError, match="losses"):
+        opt.step(lambda: w.sum() * 0 + torch.tensor([0.5, bad]))
+
+
+def test_wrong_number_of_losses_and_step_without_plan():
+    w = torch.zeros(1, requires_grad=True)
+    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=0.1)
+    with pytest.raises(ValueError, match="plan"):
+        opt.step(lambda: torch.zeros(1))
+    opt.plan(2)
+    with pytest.raises(ValueError, match="one loss per queried group"):
+        opt.step(lambda: torch.zeros(3))
+
+
+def test_loss_fn_receives_the_model_when_given():
+    prob = _logistic(m=3)
+    model = torch.nn.Linear(3, 1, bias=False, dtype=torch.float64)
+    torch.nn.init.zeros_(model.weight)
+    seen = []
+
+    def loss_fn(mdl, batch):
+        seen.append(mdl)
+        z = batch.y * mdl(batch.X).squeeze(-1)
+        return torch.nn.functional.softplus(-z) / prob.loss_bound
+
+    gen = torch.Generator().manual_seed(0)
+    opt = GDROFSQ(model.parameters(), loss_fn, 3, lr_theta=1.0, model=model, generator=gen)
+    s = prob.sampler(gen)
+    for _ in range(5):
+        opt.round(s, 2)
+    assert all(m is model for m in seen)
+    assert float(model.weight.detach().abs().sum()) > 0
+    with opt.swap_average():
+        inside = model.weight.detach().clone()
+    torch.testing.assert_close(inside, opt.averaged_params()[0])
+
+
+@pytest.mark.parametrize("r", [1, 2])
+def test_importance_weighted_gradient_and_estimates_are_unbiased(r):
+    w = torch.tensor([0.5], requires_grad=True)
+    gen = torch.Generator().manual_seed(5)
+    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=0.4, lr_q=8.0, generator=gen)
+    for _ in range(6):  # move q away from uniform
+        opt.round(_ToySampler(), 3)
+    n = 20000
+    grad, est = 0.0, torch.zeros(3)
+    for _ in range(n):
+        plan = opt.plan(r)  # no step: the state, hence q_t and pi_t, stay the same
+        q = opt.q
+        grad += float((q[plan.groups] / plan.probs * A[plan.groups]).sum()) / n
+        est[plan.groups] += 1 / plan.probs / n
+    # the unweighted sum (no 1/pi) would miss by far more than the tolerance
+    naive = float((opt.plan(r).pi * A).sum())
+    assert abs(naive - float((q * A).sum())) > 0.03
+    assert grad == pytest.approx(float((q * A).sum()), abs=0.005)
+    torch.testing.assert_close(est, torch.ones(3), atol=0.05, rtol=0)
