@@ -17,28 +17,50 @@ from __future__ import annotations
 import torch
 
 from ._triton import HAS_TRITON, autotune_configs, check_launchable, interpreting, require_triton
+from .ns_step import ns_step, ns_step_reference, ns_step_triton
 from .registry import KernelSpec
 from .sign_lmo import sign_lmo, sign_lmo_reference, sign_lmo_triton
+from .syrk import syrk, syrk_reference, syrk_triton
 
 
 def _sign_lmo_example(device, dtype, gen):
     return (torch.randn(3, 1001, generator=gen).to(device=device, dtype=dtype), 0.37)
 
 
+def _syrk_example(device, dtype, gen):
+    # Several row blocks of every tile size tried, none full: mirrored and masked stores.
+    return (torch.randn(2, 301, 157, generator=gen).to(device=device, dtype=dtype),)
+
+
+def _ns_step_example(device, dtype, gen):
+    # Normalised as in msign (spectral norm <= 1), with the Muon quintic's coefficients.
+    x = torch.randn(2, 157, 301, generator=gen, dtype=torch.float64)
+    x = x / torch.linalg.matrix_norm(x, keepdim=True)
+    return (x.to(device=device, dtype=dtype), 3.4445, -4.7750, 2.0315)
+
+
 #: name -> spec. The GPU check compiles every entry and compares it with its reference.
 KERNELS: dict[str, KernelSpec] = {
     "sign_lmo": KernelSpec(sign_lmo, sign_lmo_reference, sign_lmo_triton, _sign_lmo_example),
+    "syrk": KernelSpec(syrk, syrk_reference, syrk_triton, _syrk_example),
+    "ns_step": KernelSpec(ns_step, ns_step_reference, ns_step_triton, _ns_step_example),
 }
 
 __all__ = [
     "HAS_TRITON",
     "KERNELS",
+    "KernelSpec",
     "autotune_configs",
     "check_launchable",
-    "require_triton",
-    "KernelSpec",
     "interpreting",
+    "ns_step",
+    "ns_step_reference",
+    "ns_step_triton",
+    "require_triton",
     "sign_lmo",
     "sign_lmo_reference",
     "sign_lmo_triton",
+    "syrk",
+    "syrk_reference",
+    "syrk_triton",
 ]

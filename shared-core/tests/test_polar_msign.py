@@ -1,0 +1,279 @@
+"""msign: every method against float64 SVD references, shapes, dtypes, edge cases, bad input."""
+
+import numpy as np
+import pytest
+import torch
+from torch.optim._muon import _zeropower_via_newtonschulz
+
+from shared_core.polar import (
+    METHODS,
+    NS_TABLES,
+    auto_method,
+    eigh_sign,
+    msign,
+    newton_schulz,
+    normalize_frobenius,
+    svd_polar,
+)
+
+
+def _polar64(G):
+    """U V^T by numpy's float64 SVD (an oracle independent of torch.linalg)."""
+    u, _, vt = np.linalg.svd(G.detach().double().numpy(), full_matrices=False)
+    return torch.from_numpy(u @ vt)
+
+
+def _rel(a, b):
+    a, b = a.double(), b.double()
+    return float(torch.linalg.matrix_norm(a - b) / torch.linalg.matrix_norm(b))
+
+
+# Accuracy each table reaches on a 96x64 Gaussian (condition number about 9) in float32 at its
+# default steps: relative Frobenius error bound, and the band of output singular values.
+TABLE_ACCURACY = {
+    "muon": (0.25, 0.60, 1.25),  # 5 steps; Muon's quintic plateaus, errors ~0.2
+    "polar_express": (2e-3, 0.99, 1.01),  # 6 steps; converges: errors ~1e-3
+    "rms5": (0.10, 0.85, 1.14),  # 5 steps; errors ~0.085
+}
+
+
+@pytest.mark.parametrize("name", sorted(NS_TABLES))
+def test_each_table_reaches_its_stated_accuracy(name, gen):
+    assert set(TABLE_ACCURACY) == set(NS_TABLES)
+    bound, lo, hi = TABLE_ACCURACY[name]
+    for _ in range(3):
+        G = torch.randn(96, 64, generator=gen)
+        Q = msign(G, method=name)
+        assert Q.dtype == torch.float32 and Q.shape == G.shape
+        assert _rel(Q, _polar64(G)) <= bound
+        sv = torch.linalg.svdvals(Q.double())
+        assert lo <= float(sv.min()) and float(sv.max()) <= hi
+
+
+def test_default_is_polar_express_six_steps(gen):
+    G = torch.randn(40, 70, generator=gen)
+    torch.testing.assert_close(msign(G), msign(G, "polar_express", steps=6), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(NS_TABLES))
+def test_bfloat16_iterations_stay_bounded(name, gen):
+    # bfloat16 round-off must not push singular values past the quintics' stable range, also
+    # for square Gaussians (tiny singular values) and for more steps than the table has.
+    for shape in [(96, 96), (150, 40)]:
+        G = torch.randn(shape, generator=gen)
+        for steps in (6, 9):
+            Q = msign(G, method=name, steps=steps, dtype=torch.bfloat16)
+            assert Q.dtype == torch.float32
+            assert float(torch.linalg.svdvals(Q.double()).max()) <= 1.25
+
+
+def test_polar_express_in_bfloat16_is_accurate(gen):
+    G = torch.randn(96, 64, generator=gen).bfloat16()
+    Q = msign(G, dtype=torch.bfloat16)
+    assert Q.dtype == torch.bfloat16
+    assert _rel(Q, _polar64(G)) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_svd_path_is_exact_and_orthogonal(dtype, gen):
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for shape in [(50, 20), (20, 50), (33, 33)]:
+        G = torch.randn(shape, generator=gen, dtype=dtype)
+        Q = msign(G, method="svd")
+        assert Q.dtype == dtype
+        assert _rel(Q, _polar64(G)) <= tol
+        k = min(shape)
+        small = Q.mT @ Q if shape[0] >= shape[1] else Q @ Q.mT
+        torch.testing.assert_close(small, torch.eye(k, dtype=dtype), atol=tol, rtol=0)
+
+
+def test_svd_path_keeps_tiny_singular_values(gen):
+    # Singular values far below max(m, n) * eps * s_max are still directions of G: the exact
+    # factor must stay orthogonal (a rank cut-off there would drop them).
+    U, _ = torch.linalg.qr(torch.randn(64, 64, generator=gen, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(64, 64, generator=gen, dtype=torch.float64))
+    s = torch.logspace(0, -6, 64, dtype=torch.float64)
+    G = ((U * s) @ V.T).float()
+    Q = msign(G, method="svd")
+    torch.testing.assert_close(Q.T @ Q, torch.eye(64), atol=1e-5, rtol=0)
+
+
+def test_svd_dtype_request(gen):
+    G = torch.randn(30, 20, generator=gen)
+    Q = msign(G, method="svd", dtype=torch.float64)
+    assert Q.dtype == torch.float32
+    assert _rel(Q, _polar64(G)) <= 1e-7
+    with pytest.raises(ValueError, match="float32 or float64"):
+        msign(G, method="svd", dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("method", ["polar_express", "muon", "svd"])
+def test_tall_wide_and_batched(method, gen):
+    G = torch.randn(2, 2, 45, 19, generator=gen)
+    Q = msign(G, method=method)
+    assert Q.shape == G.shape
+    for i in range(2):
+        for j in range(2):
+            torch.testing.assert_close(Q[i, j], msign(G[i, j], method=method))
+    # Wide input is handled through the same (smaller) Gram: msign(G^T) = msign(G)^T.
+    torch.testing.assert_close(msign(G.mT, method=method), Q.mT)
+
+
+def test_batched_matches_reference_per_matrix(gen):
+    G = torch.randn(4, 30, 50, generator=gen)
+    Q = msign(G)
+    for i in range(4):
+        assert _rel(Q[i], _polar64(G[i])) <= 2e-3
+
+
+def test_symmetric_input_gives_the_matrix_sign(gen):
+    B = torch.randn(40, 40, generator=gen, dtype=torch.float64)
+    S = (B + B.T) / 2
+    w, V = np.linalg.eigh(S.numpy())
+    sign_ref = torch.from_numpy((V * np.sign(w)) @ V.T)
+    torch.testing.assert_close(msign(S, method="eigh"), sign_ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(eigh_sign(S), sign_ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(msign(S, method="svd"), sign_ref, atol=1e-10, rtol=0)
+    # Newton-Schulz on a symmetric matrix converges to the same sign function.
+    S32 = S.float()
+    assert _rel(msign(S32, method="polar_express", steps=10), sign_ref) <= 1e-4
+
+
+def test_eigh_rejects_non_symmetric_and_non_square(gen):
+    with pytest.raises(ValueError, match="symmetric"):
+        msign(torch.randn(5, 5, generator=gen), method="eigh")
+    with pytest.raises(ValueError, match="square"):
+        msign(torch.randn(5, 6, generator=gen), method="eigh")
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "eigh"])
+@pytest.mark.parametrize("shape", [(7, 5), (3, 4, 9)])
+def test_zero_input_returns_zero(method, shape):
+    Z = torch.zeros(shape)
+    out = msign(Z, method=method)
+    assert out.shape == Z.shape and torch.equal(out, Z)
+
+
+def test_zero_input_eigh_and_rank_deficient_svd(gen):
+    assert torch.equal(msign(torch.zeros(4, 4), method="eigh"), torch.zeros(4, 4))
+    u = torch.randn(20, 2, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 12, generator=gen, dtype=torch.float64)
+    G = u @ v  # rank two: the factor is not unique; the SVD completes it to orthonormal
+    Q = msign(G, method="svd")
+    torch.testing.assert_close(Q.T @ Q, torch.eye(12, dtype=torch.float64), atol=1e-12, rtol=0)
+    H = Q.T @ G  # still a polar decomposition G = Q H with H symmetric positive semidefinite
+    torch.testing.assert_close(Q @ H, G, atol=1e-12, rtol=0)
+    torch.testing.assert_close(H, H.T, atol=1e-12, rtol=0)
+    assert float(torch.linalg.eigvalsh((H + H.T) / 2).min()) >= -1e-12
+
+
+def test_zero_matrix_inside_a_batch(gen):
+    G = torch.randn(3, 20, 10, generator=gen)
+    G[1] = 0
+    Q = msign(G)
+    assert torch.equal(Q[1], torch.zeros(20, 10))
+    torch.testing.assert_close(Q[0], msign(G[0]))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_input_raises(method, bad, gen):
+    G = torch.randn(6, 6, generator=gen)
+    G = (G + G.T) / 2
+    G[2, 3] = G[3, 2] = bad
+    with pytest.raises(ValueError, match="non-finite"):
+        msign(G, method=method)
+
+
+def test_check_finite_off_propagates_nan(gen):
+    G = torch.randn(6, 4, generator=gen)
+    G[0, 0] = float("nan")
+    assert torch.isnan(msign(G, check_finite=False)).any()
+
+
+def test_huge_finite_input_is_rescaled_not_rejected(gen):
+    G = torch.randn(30, 20, generator=gen)
+    big = G * 1e30  # the float32 Frobenius norm overflows; the entries do not
+    assert torch.isinf(torch.linalg.matrix_norm(big))
+    torch.testing.assert_close(msign(big), msign(G), atol=1e-5, rtol=0)
+    assert torch.isfinite(normalize_frobenius(big)).all()
+
+
+def test_scale_invariance_and_tiny_inputs(gen):
+    G = torch.randn(30, 20, generator=gen)
+    torch.testing.assert_close(msign(3.7 * G), msign(G), atol=1e-5, rtol=0)
+    torch.testing.assert_close(msign(1e-5 * G), msign(G), atol=1e-5, rtol=0)
+
+
+def test_dtype_is_preserved(gen):
+    for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        G = torch.randn(12, 8, generator=gen).to(dt)
+        assert msign(G).dtype == dt
+        assert msign(G, method="svd").dtype == dt
+
+
+def test_cpu_path_equals_torch_muon_newton_schulz(gen):
+    # Same normalisation, transposition and addmm sequence as torch.optim.Muon: bitwise equal.
+    for shape in [(64, 48), (48, 64)]:
+        G = torch.randn(shape, generator=gen)
+        ours = msign(G, method="muon", steps=5, dtype=torch.bfloat16, eps=1e-7)
+        theirs = _zeropower_via_newtonschulz(G, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+        assert torch.equal(ours, theirs.to(ours.dtype))
+
+
+@pytest.mark.gpu
+def test_cuda_path_runs_the_triton_steps(gen):
+    G = torch.randn(300, 200, generator=gen)
+    ref = msign(G)  # CPU: float32 torch reference steps
+    out = msign(G.cuda())  # CUDA default: bfloat16 steps on the SYRK kernels
+    assert out.is_cuda and out.dtype == torch.float32
+    assert _rel(out.cpu(), ref) <= 2e-2
+    assert _rel(msign(G.cuda(), dtype=torch.float32).cpu(), ref) <= 1e-4
+    Gb = torch.randn(3, 64, 96, generator=gen)
+    assert _rel(msign(Gb.cuda()).cpu(), msign(Gb)) <= 2e-2
+
+
+def test_newton_schulz_with_custom_coefficients(gen):
+    G = torch.randn(30, 20, generator=gen, dtype=torch.float64) + 3 * torch.eye(30, 20)
+    # Cubic Newton-Schulz as a quintic with c = 0 converges on a well-conditioned matrix.
+    Q = newton_schulz(G, [(1.5, -0.5, 0.0)] * 40, dtype=torch.float64)
+    assert _rel(Q, _polar64(G)) <= 1e-10
+    with pytest.raises(ValueError, match="three numbers"):
+        newton_schulz(G, [(1.0, 2.0)])
+    with pytest.raises(ValueError, match="finite"):
+        newton_schulz(G, [(1.0, float("nan"), 0.0)])
+    with pytest.raises(ValueError, match="margin"):
+        newton_schulz(G, [(1.5, -0.5, 0.0)], margin=0.5)
+    with pytest.raises(ValueError, match="eps"):
+        newton_schulz(G, [(1.5, -0.5, 0.0)], eps=0.0)
+
+
+def test_auto_method_rule(gen):
+    assert auto_method(torch.randn(40, 30, generator=gen, dtype=torch.float64)) == "svd"
+    assert auto_method(torch.randn(1024, 32, generator=gen)) == "svd"
+    assert auto_method(torch.randn(64, 64, generator=gen)) == "polar_express"
+    assert auto_method(torch.randn(4, 1024, 32, generator=gen)) == "polar_express"
+    G = torch.randn(640, 32, generator=gen)
+    assert _rel(msign(G, method="auto"), _polar64(G)) <= 1e-5  # took the exact route
+    G = torch.randn(3, 40, 30, generator=gen)
+    torch.testing.assert_close(msign(G, method="auto", steps=4), msign(G, steps=4))
+
+
+def test_bad_arguments_raise_value_errors(gen):
+    G = torch.randn(6, 4, generator=gen)
+    with pytest.raises(ValueError, match="valid methods: 'auto', 'svd', 'eigh', 'muon'"):
+        msign(G, method="qr")
+    with pytest.raises(ValueError, match="steps applies"):
+        msign(G, method="svd", steps=3)
+    with pytest.raises(ValueError, match="steps"):
+        msign(G, steps=-1)
+    with pytest.raises(ValueError, match="dtype"):
+        msign(G, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"shape \(\.\.\., m, n\)"):
+        msign(torch.randn(5, generator=gen))
+    with pytest.raises(ValueError, match="floating"):
+        msign(torch.ones(3, 3, dtype=torch.int64))
+    with pytest.raises(TypeError, match=r"torch\.Tensor"):
+        msign([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="non-finite"):
+        svd_polar(torch.full((2, 2), float("nan")))
