@@ -85,8 +85,13 @@ def gpu(session: nox.Session) -> None:
     Runs in the ambient interpreter, which must hold the workspace (`uv sync --all-packages
     --all-groups`, then `uv run nox -s gpu`).
     """
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        session.error(
+            "nox -s gpu runs in the ambient interpreter, and torch is not importable there: "
+            "run `uv sync --locked --all-packages --all-groups`, then `uv run nox -s gpu`."
+        )
     if not torch.cuda.is_available():
         session.error(
             "nox -s gpu needs a CUDA device, and torch sees none "
