@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._numeric import sign_keep_nan
 from ._triton import HAS_TRITON, autotune_configs, check_launchable, require_triton, tl, triton
 
 __all__ = ["sign_lmo", "sign_lmo_reference", "sign_lmo_triton"]
@@ -34,9 +35,7 @@ def sign_lmo_reference(g: Tensor, radius: float) -> Tensor:
         >>> sign_lmo_reference(torch.tensor([2.0, -0.5, 0.0]), 0.1)
         tensor([-0.1000,  0.1000, -0.0000])
     """
-    s = torch.sign(g)
-    s = torch.where(torch.isnan(g), g, s)
-    return s.mul_(-radius)
+    return sign_keep_nan(g).mul_(-radius)
 
 
 if HAS_TRITON:

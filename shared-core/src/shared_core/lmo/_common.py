@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
+
+from .._numeric import (
+    check_float_tensor,
+    check_number,
+    compute_dtype,
+    safe_div,
+    sign_keep_nan,
+    upcast,
+)
 
 __all__ = [
     "Dim",
@@ -23,16 +30,10 @@ __all__ = [
 #: A reduction axis spec for vector norms: one axis, several, or ``None`` for all of them.
 Dim = int | Sequence[int] | None
 
-_HALF = (torch.float16, torch.bfloat16)
-
 
 def check_tensor(G: object, what: str) -> Tensor:
     """Raise unless ``G`` is a real floating-point tensor; return it."""
-    if not isinstance(G, Tensor):
-        raise TypeError(f"{what} expects a torch.Tensor, got {type(G).__name__}")
-    if not G.is_floating_point():
-        raise ValueError(f"{what} expects a real floating-point tensor, got dtype {G.dtype}")
-    return G
+    return check_float_tensor(G, what)
 
 
 def check_matrix(G: object, what: str) -> Tensor:
@@ -48,38 +49,7 @@ def check_matrix(G: object, what: str) -> Tensor:
 
 def check_radius(radius: object) -> float:
     """Return ``radius`` as a float; raise unless it is a finite number >= 0."""
-    try:
-        r = float(radius)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"radius must be a finite number >= 0, got {radius!r}") from None
-    if not math.isfinite(r) or r < 0:
-        raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
-    return r
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype arithmetic runs in: half precisions go to float32, the rest stay."""
-    return torch.float32 if dtype in _HALF else dtype
-
-
-def upcast(G: Tensor) -> Tensor:
-    """``G`` in :func:`compute_dtype` (no copy when it already is)."""
-    return G.to(compute_dtype(G.dtype))
-
-
-def safe_div(num: Tensor, den: Tensor) -> Tensor:
-    """``num / den`` with ``0`` where ``den == 0``.
-
-    The test is ``den == 0`` rather than ``den > 0`` on purpose: a NaN denominator must give a
-    NaN result, so that a NaN gradient is never turned silently into a zero step.
-    """
-    zero = den == 0
-    return torch.where(zero, torch.zeros_like(num), num / torch.where(zero, 1, den))
-
-
-def sign_keep_nan(x: Tensor) -> Tensor:
-    """``sign(x)`` that maps NaN to NaN (``torch.sign`` maps it to 0)."""
-    return torch.where(torch.isnan(x), x, torch.sign(x))
+    return check_number(radius, "radius", strictly_positive=False)
 
 
 def normalize_dim(dim: Dim, ndim: int, what: str) -> tuple[int, ...]:

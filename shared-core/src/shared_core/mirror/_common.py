@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from .._numeric import check_float_tensor, check_number, compute_dtype, safe_div, upcast
+
 __all__ = [
     "check_lr",
     "check_same_shape",
@@ -17,15 +19,10 @@ __all__ = [
     "upcast",
 ]
 
-_HALF = (torch.float16, torch.bfloat16)
-
 
 def check_vectors(x: object, what: str) -> Tensor:
     """Raise unless ``x`` is a real floating tensor with at least one axis; return it."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{what} expects a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{what} expects a real floating-point tensor, got dtype {x.dtype}")
+    check_float_tensor(x, what)
     if x.ndim == 0:
         raise ValueError(f"{what} expects vectors along the last axis; got a 0-D tensor")
     return x
@@ -44,29 +41,7 @@ def check_same_shape(x: Tensor, g: Tensor, what: str) -> None:
 
 def check_lr(lr: object) -> float:
     """Return the step size as a float; raise unless it is a finite number > 0."""
-    try:
-        value = float(lr)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    return value
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half precisions compute in float32, the rest in their own dtype."""
-    return torch.float32 if dtype in _HALF else dtype
-
-
-def upcast(x: Tensor) -> Tensor:
-    """``x`` in :func:`compute_dtype` (no copy when it already is)."""
-    return x.to(compute_dtype(x.dtype))
-
-
-def safe_div(num: Tensor, den: Tensor) -> Tensor:
-    """``num / den`` with 0 where ``den == 0``; a NaN denominator still gives NaN."""
-    zero = den == 0
-    return torch.where(zero, torch.zeros_like(num), num / torch.where(zero, 1, den))
+    return check_number(lr, "lr", strictly_positive=True)
 
 
 def simplex_tol(dtype: torch.dtype, d: int) -> float:
