@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,9 @@ def scaffold(dist: str, description: str, root: Path = ROOT) -> Path:
         rel = src.relative_to(TEMPLATE).as_posix().replace("__module__", module)
         dst = target / rel.removesuffix(".tmpl")
         text = src.read_text()
+        if dst.suffix == ".py":
+            # a long description would break the line limit of the module docstring
+            text = text.replace("{{description}}", textwrap.fill(description, width=96))
         for key, value in values.items():
             text = text.replace(key, value)
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -98,3 +98,15 @@ def test_new_package_scaffold_is_a_member(toy_workspace):
         new_package.scaffold("my-method", "again", root=toy_workspace)
     with pytest.raises(ValueError, match="lowercase"):
         new_package.scaffold("My_Method", "bad", root=toy_workspace)
+
+
+def test_new_package_wraps_a_long_description_in_python_files(toy_workspace):
+    import new_package
+
+    words = "a long one-line description of a method that needs many words to say " * 3
+    target = new_package.scaffold("long-desc", words.strip(), root=toy_workspace)
+    for path in target.rglob("*.py"):
+        longest = max(len(line) for line in path.read_text().splitlines())
+        assert longest <= 100, (path, longest)
+    init = (target / "src" / "long_desc" / "__init__.py").read_text()
+    assert " ".join(init.split('"""')[1].split()) == words.strip()

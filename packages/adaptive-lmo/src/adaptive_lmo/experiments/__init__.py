@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m adaptive_lmo.experiments.<name> [--quick]`."""

@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m imuon.experiments.<name> [--quick]`."""

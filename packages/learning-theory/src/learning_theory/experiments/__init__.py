@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m learning_theory.experiments.<name> [--quick]`."""

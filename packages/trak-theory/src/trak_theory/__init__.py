@@ -1,0 +1,11 @@
+"""TRAK data attribution with a seeded on-the-fly sketch, exact leave-one-out ground truth and the
+theory's diagnostics."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("trak-theory")
+except PackageNotFoundError:  # a source tree without metadata
+    __version__ = "0.0.0"
+
+__all__ = ["__version__"]

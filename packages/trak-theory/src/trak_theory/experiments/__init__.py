@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m trak_theory.experiments.<name> [--quick]`."""
