@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import io
 import math
 import pkgutil
 import re
@@ -257,3 +258,17 @@ def test_docstring_examples_run(module):
     assert result.failed == 0
     if not module.__name__.endswith(("._common", ".base")):
         assert result.attempted > 0, f"{module.__name__} has no runnable example"
+
+
+@every_map
+def test_maps_load_from_a_checkpoint_with_weights_only(m):
+    # Optimizers keep their map in param_groups; torch.load's default weights_only=True must
+    # bring it back equal in behaviour.
+    buf = io.BytesIO()
+    torch.save({"param_groups": [{"mirror": m, "lr": 0.1}]}, buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=True)["param_groups"][0]["mirror"]
+    assert type(back) is type(m) and back is not m
+    gen = torch.Generator().manual_seed(7)
+    x, g = _point(m, gen, 5, 9), torch.randn(5, 9, generator=gen, dtype=torch.float64)
+    assert torch.equal(back.step(x, g, 0.3), m.step(x, g, 0.3))

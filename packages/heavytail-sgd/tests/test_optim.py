@@ -1,6 +1,7 @@
 """SMD against torch.optim.SGD and exponentiated gradient; baselines; torch.optim conventions."""
 
 import copy
+import io
 
 import pytest
 import torch
@@ -122,7 +123,12 @@ def test_state_dict_round_trip_continues_identically():
     run(m1, o1, 5)
     m2 = copy.deepcopy(m1)
     o2 = SMD(m2.parameters(), lr=0.5, average="weighted")
-    o2.load_state_dict(copy.deepcopy(o1.state_dict()))
+    # Through a file with torch.load's default weights_only=True, as users save checkpoints:
+    # the group's schedule and mirror map must be allowlisted to load.
+    buf = io.BytesIO()
+    torch.save(o1.state_dict(), buf)
+    buf.seek(0)
+    o2.load_state_dict(torch.load(buf, weights_only=True))
     run(m1, o1, 5)
     run(m2, o2, 5)
     for a, b in zip(m1.parameters(), m2.parameters(), strict=True):

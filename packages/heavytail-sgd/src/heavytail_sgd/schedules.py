@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 __all__ = [
     "StepSchedule",
     "check_p",
@@ -91,6 +93,11 @@ class StepSchedule:
         if isinstance(t, bool) or not isinstance(t, int) or t < 1:
             raise ValueError(f"step count t must be an int >= 1, got {t!r}")
         return min(self.cap, self.base * t ** (-self.power))
+
+
+# A schedule given as ``lr`` sits in param_groups and so in state_dict(); allowlisted so that
+# torch.load's default weights_only=True accepts it (it holds three floats).
+torch.serialization.add_safe_globals([StepSchedule])
 
 
 def _cap(L: float | None) -> float:

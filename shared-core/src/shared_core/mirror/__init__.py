@@ -24,12 +24,19 @@ Example:
 
 from __future__ import annotations
 
+import torch.serialization as _torch_serialization
+
 from .base import MirrorMap
 from .domains import Ball, Box, Domain
 from .entropy import NegEntropy
 from .euclidean import Euclidean
 from .factory import MIRRORS, get_mirror
 from .pnorm import PNorm
+
+# Optimizers keep their mirror map in ``param_groups``, so it lands in ``state_dict()``.
+# torch.load defaults to ``weights_only=True`` and refuses unknown classes; these are plain
+# data (numbers and tensors), so allowlisting them lets such checkpoints load as usual.
+_torch_serialization.add_safe_globals([Ball, Box, Euclidean, NegEntropy, PNorm])
 
 __all__ = [
     "MIRRORS",
