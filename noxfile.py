@@ -12,8 +12,9 @@ Sessions:
     bench                every member's benchmarks/*.py, JSON into reports/bench/
     repro                every registered headline experiment, quick mode, report in
                          reports/repro/index.md (`nox -s repro -- --full` for paper scale)
-    build(<member>)      `uv build --package X --no-sources`, then check the wheel's metadata
-                         and install it alone in a fresh environment
+    build(<member>)      `uv build --package X --no-sources`, then check the wheel's metadata,
+                         install it alone in a fresh environment and run its README's usage
+                         example there
 
 Members are discovered from the root pyproject (tools/workspace.py): adding a package folder
 adds its sessions.
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent / "tools"))
 from workspace import library_members, members
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "tests", "integration"]
+nox.options.sessions = ["lint", "tests", "integration", "build"]
 nox.options.reuse_venv = "yes"
 
 ROOT = Path(__file__).parent
@@ -125,7 +126,7 @@ def repro(session: nox.Session) -> None:
     session.run("python", "-m", "shared_core.experiment.repro", *args, "--out", "reports/repro")
 
 
-@nox.session(default=False, reuse_venv=False)  # "installs alone" means a fresh environment
+@nox.session(reuse_venv=False)  # "installs alone" means a fresh environment
 @nox.parametrize("member", [nox.param(m.path, id=m.dist) for m in LIBRARIES])
 def build(session: nox.Session, member: str) -> None:
     """Build one member's wheel as it would be published, check it, install it alone."""
@@ -161,6 +162,11 @@ def build(session: nox.Session, member: str) -> None:
         find_links = ["--find-links", str(dist_dir / "shared-core")]
     session.run("uv", "pip", "install", str(wheel), *find_links, external=True)
     session.run("python", "-c", f"import {m.module}; print({m.module}.__name__, 'imports')")
+    # The README's usage example, against the wheel alone (FRONTIER_OPT_NO_PROGRESS keeps the
+    # log short; TRITON_INTERPRET lets a CPU machine run any Triton path it reaches).
+    session.run(
+        "python", str(ROOT / "tools" / "readme_example.py"), str(ROOT / m.path), env=CPU_ENV
+    )
 
 
 def _newest_wheel(folder: Path, m) -> Path:

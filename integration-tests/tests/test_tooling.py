@@ -9,7 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
+import declared_imports  # noqa: E402
 import import_contracts  # noqa: E402
+import readme_example  # noqa: E402
 from workspace import members  # noqa: E402
 
 
@@ -110,3 +112,81 @@ def test_new_package_wraps_a_long_description_in_python_files(toy_workspace):
         assert longest <= 100, (path, longest)
     init = (target / "src" / "long_desc" / "__init__.py").read_text()
     assert " ".join(init.split('"""')[1].split()) == words.strip()
+
+
+def _declare(root: Path, folder: str, dist: str, deps: str, extras: str = "") -> None:
+    _write(
+        root / folder / "pyproject.toml",
+        f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndependencies = [{deps}]\n'
+        f"[project.optional-dependencies]\n{extras}\n",
+    )
+
+
+def test_declared_imports_pass_when_every_import_is_declared(toy_workspace):
+    _declare(
+        toy_workspace,
+        "packages/alpha",
+        "alpha",
+        '"shared-core", "scikit-learn"',
+        'peft = ["peft>=0.13"]',
+    )
+    _write(
+        toy_workspace / "packages/alpha/src/alpha/fit.py",
+        "import os\nimport sklearn.linear_model\nimport alpha.fit\n\n"
+        "def lora():\n    import peft\n    return peft\n",
+    )
+    _write(toy_workspace / "packages/alpha/src/alpha/experiments/run.py", "import peft\n")
+    _declare(toy_workspace, "packages/beta-x", "beta-x", '"shared-core"')
+    assert declared_imports.check(toy_workspace) == []
+
+
+def test_declared_imports_flag_an_undeclared_import(toy_workspace):
+    _declare(toy_workspace, "packages/alpha", "alpha", '"shared-core"')
+    _declare(toy_workspace, "packages/beta-x", "beta-x", '"shared-core"')
+    _write(toy_workspace / "packages/alpha/src/alpha/uses.py", "import os\nimport numpy as np\n")
+    (v,) = declared_imports.check(toy_workspace)
+    assert (v.module, v.line, v.member) == ("numpy", 2, "alpha")
+    assert "not declared" in v.why
+    assert declared_imports.main(["--root", str(toy_workspace)]) == 1
+
+
+def test_declared_imports_flag_a_module_level_import_of_an_extra(toy_workspace):
+    _declare(toy_workspace, "packages/alpha", "alpha", '"shared-core"', 'peft = ["peft"]')
+    _declare(toy_workspace, "packages/beta-x", "beta-x", '"shared-core"')
+    _write(toy_workspace / "packages/alpha/src/alpha/lora.py", "import peft\n")
+    (v,) = declared_imports.check(toy_workspace)
+    assert v.module == "peft" and "module level" in v.why
+    # The same import guarded by try/except ImportError is the documented pattern.
+    _write(
+        toy_workspace / "packages/alpha/src/alpha/lora.py",
+        "try:\n    import peft\nexcept ImportError:\n    peft = None\n",
+    )
+    assert declared_imports.check(toy_workspace) == []
+
+
+def test_declared_imports_pass_on_this_repository():
+    assert declared_imports.check(ROOT) == []
+
+
+def test_readme_example_takes_the_usage_block_only():
+    readme = (
+        "# pkg\n\n## Install\n\n```python\nraise SystemExit(1)\n```\n\n## Usage\n\n"
+        "Some words.\n\n```bash\npip install pkg\n```\n\n```python\nx = 1\n```\n\n"
+        "```python\ny = 2\n```\n\n## Math\n"
+    )
+    assert readme_example.usage_code(readme) == "x = 1\n"
+    with pytest.raises(ValueError, match="no '## Usage'"):
+        readme_example.usage_code("# pkg\n\n```python\nx = 1\n```\n")
+    with pytest.raises(ValueError, match="no ```python block"):
+        readme_example.usage_code("## Usage\n\ntext\n\n## Math\n```python\nx = 1\n```\n")
+
+
+def test_readme_example_runs_in_a_scratch_folder_and_reports_failure(tmp_path):
+    good = tmp_path / "good"
+    _write(good / "README.md", "## Usage\n\n```python\nopen('out.txt', 'w').write('x')\n```\n")
+    assert readme_example.main([str(good)]) == 0
+    assert not (good / "out.txt").exists()
+    bad = tmp_path / "bad"
+    _write(bad / "README.md", "## Usage\n\n```python\nassert 1 == 2\n```\n")
+    with pytest.raises(AssertionError):
+        readme_example.main([str(bad)])
