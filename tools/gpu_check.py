@@ -4,10 +4,12 @@ Run on a CUDA machine (``nox -s gpu`` calls it after the test suite):
 
     python tools/gpu_check.py [--out reports/gpu] [--skip-bench]
 
-1. Each entry of ``shared_core.kernels.KERNELS`` is launched through Triton (compiled, not the
-   interpreter) for each supported dtype on fresh random inputs, and its relative Frobenius
-   error against the float64 reference is checked against the spec's tolerance; the output is
-   poisoned with NaN first so an unwritten element cannot pass.
+1. Each entry of ``shared_core.kernels.KERNELS``, and of every package's registry in the
+   ``frontier_opt.kernels`` entry-point group (``"<dist>" = "<module>:KERNELS"``), is
+   launched through Triton (compiled, not the interpreter) for each supported dtype on fresh
+   random inputs, and its relative Frobenius error against the float64 reference is checked
+   against the spec's tolerance; a non-finite output fails, and an element the kernel never
+   wrote holds whatever the allocator left there, which the error check catches.
 2. Every member's ``benchmarks/*.py`` runs with ``--device cuda --out reports/gpu/<member>/``.
 3. A short table is printed last; everything is also written to ``reports/gpu/gpu_check.json``.
 Exits non-zero when there is no CUDA device or any check fails.
@@ -35,14 +37,25 @@ def _rel_err(out, ref) -> float:
     return float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64))
 
 
-def check_kernels() -> list[dict]:
-    import torch
+def all_kernels() -> dict:
+    """shared-core's kernels, then each package's from the ``frontier_opt.kernels`` group."""
+    from importlib.metadata import entry_points
 
     from shared_core.kernels import KERNELS
 
+    found = dict(KERNELS)
+    for ep in sorted(entry_points(group="frontier_opt.kernels"), key=lambda e: e.name):
+        for name, spec in ep.load().items():
+            found[f"{ep.name}/{name}"] = spec
+    return found
+
+
+def check_kernels() -> list[dict]:
+    import torch
+
     rows = []
     dev = torch.device("cuda")
-    for name, spec in KERNELS.items():
+    for name, spec in all_kernels().items():
         for dtype in spec.dtypes:
             gen = torch.Generator().manual_seed(zlib.crc32(f"{name}/{dtype}".encode()))
             args = spec.example(dev, dtype, gen)
@@ -106,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"device": torch.cuda.get_device_name(), "kernels": kernels, "benchmarks": bench}
     (args.out / "gpu_check.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(f"\n== GPU check on {doc['device']} ==")
-    print(f"{'kernel':<16}{'dtype':<10}{'rel_err':>10}{'rtol':>10}  ok")
+    print(f"{'kernel':<34}{'dtype':<10}{'rel_err':>10}{'rtol':>10}  ok")
     for r in kernels:
         print(
-            f"{r['kernel']:<16}{r['dtype']:<10}{r['rel_err']:>10.2e}{r['rtol']:>10.1e}  {r['ok']}"
+            f"{r['kernel']:<34}{r['dtype']:<10}{r['rel_err']:>10.2e}{r['rtol']:>10.1e}  {r['ok']}"
         )
     for r in bench:
         print(f"bench {r['benchmark']:<40} {r['seconds']:>7.1f} s  {r['ok']}")

@@ -190,3 +190,25 @@ def test_readme_example_runs_in_a_scratch_folder_and_reports_failure(tmp_path):
     _write(bad / "README.md", "## Usage\n\n```python\nassert 1 == 2\n```\n")
     with pytest.raises(AssertionError):
         readme_example.main([str(bad)])
+
+
+def test_gpu_check_finds_every_package_kernel_and_each_example_runs_on_cpu():
+    # The GPU check compiles what all_kernels() returns: a package's registry must reach it
+    # through the entry point, and each example must match its reference where it can run here
+    # (the launcher under the Triton interpreter, float32, as the CPU kernel tests do).
+    import torch
+
+    import gpu_check
+    from shared_core.kernels import HAS_TRITON
+
+    kernels = gpu_check.all_kernels()
+    assert {"sign_lmo", "syrk", "ns_step", "diloco-ef/stochastic_quantize"} <= set(kernels)
+    for name, spec in kernels.items():
+        gen = torch.Generator().manual_seed(11)
+        args = spec.example(torch.device("cpu"), torch.float32, gen)
+        ref = spec.reference(*args)
+        assert torch.isfinite(ref).all() and ref.abs().sum() > 0, name
+        if HAS_TRITON:
+            out = spec.launcher(*args)
+            err = gpu_check._rel_err(out, ref)
+            assert err <= spec.rtol[torch.float32], (name, err)
