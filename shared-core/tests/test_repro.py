@@ -103,3 +103,54 @@ def test_list_prints_entries(monkeypatch, capsys):
     monkeypatch.setattr(repro, "discover", lambda: [Entry("x.y", "x.experiments.y", "x")])
     assert repro.main(["--list"]) == 0
     assert "x.y\tx.experiments.y" in capsys.readouterr().out
+
+
+def _run(name, dist, paper=None, measured=None, holds=True, summary="Ran it. More words."):
+    result = {
+        "title": f"{name} title",
+        "claim": f"{name} claim",
+        "summary": summary,
+        "metrics": {"x": 1.0},
+        "holds": holds,
+        "plots": [],
+        "table": None,
+        "paper": paper,
+        "measured": measured,
+    }
+    return {
+        "name": name,
+        "module": f"{dist}.m",
+        "dist": dist,
+        "status": "ok",
+        "seconds": 2.0,
+        "result": result,
+    }
+
+
+def test_report_has_a_table_per_paper_with_claim_measured_and_verdict():
+    runs = [
+        _run("b.one", "b", paper="P10", measured="risk ratio 0.98"),
+        _run("a.one", "a", paper="P03", measured="slope -0.33", holds=False),
+        _run("b.two", "b", paper="P10", summary="First sentence here. Second one."),
+        _run("c.one", "c"),
+        {
+            "name": "d.one",
+            "module": "d.m",
+            "dist": "d",
+            "status": "failed (exit 1)",
+            "seconds": 1.0,
+            "result": None,
+        },
+    ]
+    text = render_index(runs, mode="quick")
+    claims = text[text.index("## Claims by paper") : text.index("## Runs")]
+    # Papers in order, each experiment under its own paper, packages without one by name.
+    assert claims.index("### P03") < claims.index("### P10") < claims.index("### package c")
+    p10 = claims[claims.index("### P10") : claims.index("### package c")]
+    assert "b.one" in p10 and "b.two" in p10 and "a.one" not in p10
+    assert "| b.one claim | risk ratio 0.98 | yes |" in p10
+    # Without a measured line, the summary's first sentence stands in.
+    assert "| b.two claim | First sentence here. | yes |" in p10
+    assert "| a.one claim | slope -0.33 | **no** |" in claims
+    assert "### package d" in claims and "failed (exit 1)" in claims
+    assert "Total: 9 s for 5 experiments." in text

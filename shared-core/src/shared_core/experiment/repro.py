@@ -118,8 +118,24 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 _VERDICT = {True: "yes", False: "**no**", None: "n/a"}
 
 
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    cut = text.find(". ")
+    return text if cut < 0 else text[: cut + 1]
+
+
+def _by_paper(runs: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Runs grouped by their result's ``paper`` (else their package), groups sorted by key."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        res = r["result"] or {}
+        key = res.get("paper") or f"package {r['dist'] or r['name'].split('.')[0]}"
+        groups.setdefault(key, []).append(r)
+    return sorted(groups.items())
+
+
 def render_index(runs: Sequence[dict[str, Any]], *, mode: str) -> str:
-    """The markdown report: a summary table, then one section per experiment."""
+    """The markdown report: a table per paper, the run summary, then one section per experiment."""
     lines = [
         "# frontier-opt: reproduction report",
         "",
@@ -130,17 +146,38 @@ def render_index(runs: Sequence[dict[str, Any]], *, mode: str) -> str:
     if not runs:
         lines += ["No experiments are registered (entry-point group `frontier_opt.experiments`)."]
         return "\n".join(lines) + "\n"
+    lines += ["## Claims by paper", ""]
+    for paper, group in _by_paper(runs):
+        lines += [
+            f"### {paper}",
+            "",
+            "| experiment | claim | measured | holds |",
+            "|---|---|---|---|",
+        ]
+        for r in group:
+            res = r["result"] or {}
+            measured = res.get("measured") or _first_sentence(res.get("summary", "")) or "-"
+            verdict = _VERDICT.get(res.get("holds")) if res else f"- ({r['status']})"
+            lines.append(
+                f"| [{r['name']}](#{r['name'].replace('.', '')}) | {_fmt(res.get('claim', '-'))}"
+                f" | {_fmt(measured)} | {verdict} |"
+            )
+        lines.append("")
     lines += [
-        "| experiment | package | claim | holds | status | seconds |",
-        "|---|---|---|---|---|---:|",
+        "## Runs",
+        "",
+        "| experiment | package | holds | status | seconds |",
+        "|---|---|---|---|---:|",
     ]
     for r in runs:
         res = r["result"] or {}
         verdict = _VERDICT.get(res.get("holds")) if res else "-"
         lines.append(
-            f"| [{r['name']}](#{r['name'].replace('.', '')}) | {r['dist'] or '-'} | "
-            f"{_fmt(res.get('claim', '-'))} | {verdict} | {r['status']} | {r['seconds']:.1f} |"
+            f"| [{r['name']}](#{r['name'].replace('.', '')}) | {r['dist'] or '-'} | {verdict} | "
+            f"{r['status']} | {r['seconds']:.1f} |"
         )
+    total = sum(r["seconds"] for r in runs)
+    lines += ["", f"Total: {total:.0f} s for {len(runs)} experiments."]
     for r in runs:
         res = r["result"]
         lines += ["", f"## {r['name']}", ""]

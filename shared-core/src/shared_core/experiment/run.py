@@ -72,6 +72,10 @@ class ExperimentResult:
         holds: whether the measurement supports the claim (None: not a yes/no question).
         plots: PNG file names inside the run folder.
         table: optional rows (dicts with the same keys) shown as a table in the report.
+        paper: the source paper, e.g. ``"P03"`` (its id in the project's paper list); the
+            report groups experiments by it.
+        measured: the measured result in one line, e.g. ``"slope -0.33 vs predicted -0.33"``:
+            the report's per-paper table shows it beside the claim.
     """
 
     title: str
@@ -81,6 +85,8 @@ class ExperimentResult:
     holds: bool | None
     plots: list[str] = field(default_factory=list)
     table: list[dict[str, Any]] | None = None
+    paper: str | None = None
+    measured: str | None = None
 
 
 def _parser(name: str, description: str | None) -> argparse.ArgumentParser:

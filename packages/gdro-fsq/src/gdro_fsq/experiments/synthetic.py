@@ -248,6 +248,12 @@ def run(ctx: RunContext) -> ExperimentResult:
         holds=holds,
         plots=plots,
         table=table,
+        paper="P12",
+        measured="; ".join(
+            f"m={m}: equal samples {metrics[f'm{m}_ok_equal_samples']}, rounds "
+            f"{metrics[f'm{m}_ok_rounds']}, bound {metrics[f'm{m}_ok_bound']}"
+            for m in ms
+        ),
     )
 
 

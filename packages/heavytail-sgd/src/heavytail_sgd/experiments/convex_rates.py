@@ -433,6 +433,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         holds=holds,
         plots=plots,
         table=table,
+        paper="P03",
     )
 
 

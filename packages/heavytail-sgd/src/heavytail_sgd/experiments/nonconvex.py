@@ -297,6 +297,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         holds=bool(holds),
         plots=["nonconvex_min_grad_norm.png"],
         table=table,
+        paper="P03",
     )
 
 

@@ -343,6 +343,11 @@ def run(ctx: RunContext) -> ExperimentResult:
         holds=holds,
         plots=["simplex_vs_T.png", "simplex_vs_d.png"],
         table=table,
+        paper="P03",
+        measured=(
+            f"T-slopes inside the band: {holds_t}; sqrt(log d) vs sqrt(d) growth: {holds_d} "
+            f"(predicted T-slope {pred:.3f})"
+        ),
     )
 
 
