@@ -160,7 +160,13 @@ def build(session: nox.Session, member: str) -> None:
             external=True,
         )
         find_links = ["--find-links", str(dist_dir / "shared-core")]
-    session.run("uv", "pip", "install", str(wheel), *find_links, external=True)
+    # With exactly the extras the README's usage example names (`# pip install "x[plot]"`).
+    sys.path.insert(0, str(ROOT / "tools"))
+    from readme_example import usage_code, usage_extras
+
+    extras = usage_extras(usage_code((ROOT / m.path / "README.md").read_text()), m.dist)
+    target = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    session.run("uv", "pip", "install", target, *find_links, external=True)
     session.run("python", "-c", f"import {m.module}; print({m.module}.__name__, 'imports')")
     # The README's usage example, against the wheel alone (FRONTIER_OPT_NO_PROGRESS keeps the
     # log short; TRITON_INTERPRET lets a CPU machine run any Triton path it reaches).

@@ -4,7 +4,12 @@ The example is the first ```python block after the README's `## Usage` heading. 
 fresh temporary folder (examples may write files), with this interpreter, so `nox -s build`
 runs it against the wheel it installed alone, not against the workspace sources.
 
-    python tools/readme_example.py packages/imuon      # exit 1 if the example fails
+An example that needs an extra says so in a comment, as the user should read it, e.g.
+`# pip install "shared-core[plot]"`; `nox -s build` installs the wheel with exactly the extras
+named there (`--extras` prints them).
+
+    python tools/readme_example.py packages/imuon            # exit 1 if the example fails
+    python tools/readme_example.py packages/imuon --extras   # the extras it needs, comma-joined
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import re
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
@@ -33,9 +39,19 @@ def usage_code(readme: str) -> str:
     return block.group(1)
 
 
+def usage_extras(code: str, dist: str) -> list[str]:
+    """Extras named for ``dist`` by a ``# pip install "<dist>[a,b]"`` comment in the example."""
+    pattern = rf"^#\s*pip install\s+[\"']?{re.escape(dist)}\[([^\]]+)\]"
+    found: list[str] = []
+    for m in re.finditer(pattern, code, re.MULTILINE):
+        found += [e.strip() for e in m.group(1).split(",") if e.strip()]
+    return sorted(set(found))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("member", type=Path, help="the member's folder")
+    p.add_argument("--extras", action="store_true", help="print the extras it needs and exit")
     args = p.parse_args(argv)
     readme = (args.member / "README.md").read_text()
     try:
@@ -43,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"{args.member}: {err}", file=sys.stderr)
         return 1
+    if args.extras:
+        meta = tomllib.loads((args.member / "pyproject.toml").read_text())
+        print(",".join(usage_extras(code, meta["project"]["name"])))
+        return 0
     here = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)

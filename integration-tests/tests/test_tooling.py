@@ -212,3 +212,11 @@ def test_gpu_check_finds_every_package_kernel_and_each_example_runs_on_cpu():
             out = spec.launcher(*args)
             err = gpu_check._rel_err(out, ref)
             assert err <= spec.rtol[torch.float32], (name, err)
+
+
+def test_readme_example_reads_the_extras_the_example_names():
+    code = '# pip install "imuon[peft,lm]"\nimport imuon\n# pip install other[x]\n'
+    assert readme_example.usage_extras(code, "imuon") == ["lm", "peft"]
+    assert readme_example.usage_extras("import imuon\n", "imuon") == []
+    shared = readme_example.usage_code((ROOT / "shared-core" / "README.md").read_text())
+    assert readme_example.usage_extras(shared, "shared-core") == ["plot"]
