@@ -45,3 +45,64 @@ def test_heavy_tailed_oracle_drives_error_feedback_sgd():
             finals.append(final)
         assert max(finals) < 0.01 * start, (type(compressor).__name__, finals, start)
         assert all(torch.isfinite(torch.tensor(finals)))
+
+
+# --- diloco-ef's two-phase wrappers around imuon and adaptive-lmo --------------------------
+
+
+def _matrix_least_squares(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(41, 13, generator=g, dtype=torch.float64) / 41**0.5
+    w_star = torch.randn(13, 9, generator=g, dtype=torch.float64)
+    b = a @ w_star
+    start = torch.randn(13, 9, generator=g, dtype=torch.float64)
+
+    def f(w):
+        return 0.5 * (a @ w - b).pow(2).sum()
+
+    return f, start
+
+
+def _inner_factories():
+    from adaptive_lmo import AdaptiveLMO
+    from imuon import IMuon
+
+    return {
+        "imuon": lambda p: IMuon(p, lr=0.3, momentum=0.9, polar="svd"),
+        "adaptive-lmo": lambda p: AdaptiveLMO(p, lr=0.3, momentum=0.9, exponent=0.5),
+    }
+
+
+def _train(opt, w, f, steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        f(w).backward()
+        opt.step()
+
+
+def test_la_with_one_inner_step_and_unit_outer_sgd_is_the_inner_optimizer():
+    # Outer SGD with lr 1 after every inner step sets slow <- slow - (slow - fast) = fast:
+    # LA must then be exactly the inner optimizer, whichever package supplies it.
+    from diloco_ef import LA
+
+    f, start = _matrix_least_squares()
+    for name, make in _inner_factories().items():
+        w_la = start.clone().requires_grad_(True)
+        w_plain = start.clone().requires_grad_(True)
+        la = LA([w_la], make, lambda p: torch.optim.SGD(p, lr=1.0), inner_steps=1)
+        _train(la, w_la, f, 12)
+        _train(make([w_plain]), w_plain, f, 12)
+        torch.testing.assert_close(w_la, w_plain, rtol=1e-12, atol=1e-12, msg=name)
+        assert float(f(w_plain)) < 0.5 * float(f(start)), name
+
+
+def test_la_and_sla_outer_steps_over_imuon_and_adaptive_lmo_inner_steps_reduce_the_loss():
+    from diloco_ef import LA
+
+    f, start = _matrix_least_squares(seed=1)
+    for name, make in _inner_factories().items():
+        w = start.clone().requires_grad_(True)
+        outer = lambda p: torch.optim.SGD(p, lr=0.7, momentum=0.5, nesterov=True)  # noqa: E731
+        la = LA([w], make, outer, inner_steps=4)
+        _train(la, w, f, 60)
+        assert la.steps == 60 and float(f(w)) < 0.1 * float(f(start)), name

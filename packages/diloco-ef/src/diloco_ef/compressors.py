@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .kernels.int8 import int8_quantize
 from .kernels.quantize import stochastic_quantize
+from .kernels.threshold import threshold_select
 
 __all__ = [
     "QSGD",
@@ -303,7 +305,8 @@ class ApproxTopK(TopK):
             idx = torch.topk(a, k, sorted=False).indices
             return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
         t = self.threshold(a, k, generator)
-        cand = torch.nonzero(a >= t).squeeze(1)
+        # The op ``diloco_ef::threshold_select`` (Triton on CUDA): ascending indices of a >= t.
+        cand = threshold_select(a, t)
         if cand.numel() >= k:
             idx = cand[torch.topk(a[cand], k, sorted=False).indices] if self.refine else cand
         else:
@@ -484,7 +487,8 @@ class Int8Absmax(Compressor):
         if float(scale) == 0.0:
             q = torch.zeros(flat.numel(), dtype=torch.int8, device=flat.device)
         else:
-            q = torch.round(flat / scale).clamp_(-127, 127).to(torch.int8)
+            # The fused op (Triton on CUDA, the torch reference elsewhere).
+            q = int8_quantize(flat, float(scale))
         return Payload({"q": q, "scale": scale.reshape(1).clone()}, x.shape, x.dtype)
 
     def decompress(self, payload: Payload) -> Tensor:

@@ -1,4 +1,9 @@
-"""Executable high-arity sample compression and language generation in the limit."""
+"""Executable high-arity sample compression and language generation in the limit.
+
+Modules: :mod:`.compression` (classical schemes, checker, learner), :mod:`.bounds`
+(Littlestone–Warmuth and high-arity bounds), :mod:`.high_arity` (product spaces, grid samples,
+high-arity schemes), :mod:`.generation` (generation in the limit), :mod:`.samplers`.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
 

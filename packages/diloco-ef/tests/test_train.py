@@ -1,0 +1,95 @@
+"""The training CLI: simulated workers, and two gloo processes started as torchrun would."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from diloco_ef import train as T
+
+SMALL = ["--steps", "32", "--inner-steps", "8", "--dim", "9", "--hidden", "13", "--samples", "97"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_sim(tmp_path, *extra: str) -> dict:
+    out = tmp_path / f"sim{len(list(tmp_path.iterdir()))}.json"
+    assert T.main([*SMALL, "--workers", "2", "--out", str(out), *extra]) == 0
+    return json.loads(out.read_text())
+
+
+def test_bytes_follow_the_bit_accounting(tmp_path):
+    dense = _run_sim(tmp_path, "--algo", "diloco")
+    params, rounds = dense["params"], 32 // 8
+    assert dense["bytes"] == 2 * rounds * params * 32 / 8  # two workers, float32, every round
+    ddp = _run_sim(tmp_path, "--algo", "ddp")
+    assert ddp["rounds"] == 32 and ddp["bytes"] == 8 * dense["bytes"]
+    ef = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "randomk", "--ratio", "0.1")
+    # Random-k: round(0.1 * numel) float32 values per tensor, no indices
+    tensors = [9 * 13, 13, 13, 1]
+    per_round = sum(max(1, round(0.1 * n)) * 32 for n in tensors)
+    assert ef["bytes"] == 2 * rounds * per_round / 8
+    assert 0 < ef["mean_alpha"] < 1 and dense["mean_alpha"] == 1.0
+
+
+def test_training_reduces_the_held_out_loss(tmp_path):
+    start = _run_sim(tmp_path, "--algo", "ddp", "--lr", "1e-9")  # barely moves: the start loss
+    for algo in (["--algo", "ddp"], ["--algo", "diloco-ef", "--compressor", "int8"]):
+        assert _run_sim(tmp_path, *algo)["final_loss"] < 0.7 * start["final_loss"]
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(SystemExit):
+        T.parse_args(["--steps", "30", "--inner-steps", "8", "--algo", "diloco"])
+    with pytest.raises(SystemExit):
+        T.parse_args(["--ratio", "0"])
+
+
+@pytest.mark.distributed
+@pytest.mark.slow  # two interpreter start-ups; the gloo engine itself is covered by default
+def test_two_torchrun_style_processes_match_the_simulation(tmp_path):
+    args = [*SMALL, "--algo", "diloco-ef", "--compressor", "topk", "--ratio", "0.2"]
+    port, procs = _free_port(), []
+    out = tmp_path / "dist.json"
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+        }
+        cmd = [sys.executable, "-m", "diloco_ef.train", *args, "--device", "cpu"]
+        cmd += ["--timeout", "30", "--out", str(out)]
+        procs.append(
+            subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("train workers hung")
+    assert [p.returncode for p in procs] == [0, 0], logs
+    assert "final_loss=" in logs[0] and "bytes=" in logs[0]
+    got = json.loads(out.read_text())
+    sim = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "topk", "--ratio", "0.2")
+    assert got["distributed"] and got["backend"] == "gloo" and got["world_size"] == 2
+    assert got["bytes"] == sim["bytes"]
+    assert got["final_loss"] == pytest.approx(sim["final_loss"], rel=1e-5)
+    assert got["final_train_loss"] == pytest.approx(sim["final_train_loss"], rel=1e-5)
