@@ -34,6 +34,8 @@ class Case:
         ddp: claims that under DDP every rank applies the same update (a pure function of the
             all-reduced gradient and the optimizer state).
         groups: supports several param groups with their own ``lr``.
+        lr_keys: the group keys that hold a learning rate (optimizers that route some
+            parameters to AdamW carry its rate as ``adamw_lr``).
     """
 
     name: str
@@ -43,6 +45,7 @@ class Case:
     compile: bool = False
     ddp: bool = True
     groups: bool = True
+    lr_keys: tuple[str, ...] = ("lr",)
 
 
 def _adamw(params: Params, lr: float):
@@ -106,7 +109,34 @@ def _sla(params: Params, lr: float):
     return sla(params, lr=lr, momentum=0.5, outer_lr=0.7, outer_momentum=0.5, inner_steps=3)
 
 
+def _imuon(params: Params, lr: float):
+    from imuon import IMuon
+
+    # Matrices take the intrinsic (here Euclidean: Muon) step, vectors the AdamW route.
+    return IMuon(params, lr=lr, momentum=0.9, adamw_lr=lr, polar="svd")
+
+
+def _adaptive_lmo(exponent: float | str, precondition: str | None = None):
+    def make(params: Params, lr: float):
+        from adaptive_lmo import AdaptiveLMO
+
+        return AdaptiveLMO(
+            params,
+            lr=lr,
+            momentum=0.9,
+            exponent=exponent,
+            precondition=precondition,
+            adamw_lr=lr,
+            fallback_exponent=0.5,
+        )
+
+    return make
+
+
 STANDARD_LR = {"quadratic": 0.05, "rosenbrock": 1e-3, "logistic": 0.5, "mlp": 0.05}
+
+# LMO steps have length lr whatever the gradient's size: rates of AdamW's order.
+MATRIX_LR = {"quadratic": 0.05, "rosenbrock": 0.02, "logistic": 0.05, "mlp": 0.01}
 
 CASES: list[Case] = [
     Case(
@@ -131,6 +161,11 @@ CASES: list[Case] = [
     Case("diloco-EFSGD-topk", _efsgd("topk"), STANDARD_LR),
     Case("diloco-EFSGD-randomk", _efsgd("randomk"), STANDARD_LR),
     # LA/SLA wrap two torch optimizers and expose the inner one's groups.
+    Case("imuon-IMuon", _imuon, MATRIX_LR, lr_keys=("lr", "adamw_lr")),
+    # exponent="auto" needs the nn.Module (activation hooks) and the battery passes tensors; the
+    # criterion is tested in adaptive-lmo itself. Here: the interior a = 0.5 and MuAdam.
+    Case("adaptive-lmo-a0.5", _adaptive_lmo(0.5), MATRIX_LR, lr_keys=("lr", "adamw_lr")),
+    Case("adaptive-lmo-MuAdam", _adaptive_lmo(0.0, "adam"), MATRIX_LR, lr_keys=("lr", "adamw_lr")),
     Case("diloco-LA", _la, STANDARD_LR, groups=False),
     Case("diloco-SLA", _sla, STANDARD_LR, groups=False),
 ]
