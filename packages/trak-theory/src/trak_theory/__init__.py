@@ -8,4 +8,6 @@ try:
 except PackageNotFoundError:  # a source tree without metadata
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+from .trak import TRAK
+
+__all__ = ["TRAK", "__version__"]

@@ -1,0 +1,269 @@
+r"""TRAK end to end: featurise checkpoints blockwise (resumable), score with a default ridge,
+ensemble over checkpoints.
+
+For model j with parameters :math:`\theta_j` and projector :math:`P_j` (its own seed), the
+train features are :math:`\Phi_j = [P_j^\top\nabla_\theta f(z_i;\theta_j)]_i` and the weights
+:math:`q_{ij} = 1 - p(z_i;\theta_j)`. Per model,
+:math:`\tau^{(j)}_{ti} = \phi_{t,j}^\top(\Phi_j^\top\Phi_j+\lambda_j I)^{-1}\phi_{i,j}\,q_{ij}`
+with :math:`\lambda_j` from :func:`trak_theory.scores.default_ridge` unless given, and the
+ensemble averages the kernel scores and the weights separately (as in the TRAK paper),
+:math:`\tau_{ti} = \tfrac1J\sum_j\phi_{t,j}^\top A_j^{-1}\phi_{i,j}\cdot
+\tfrac1J\sum_j q_{ij}`. The Gram matrix and the scores are accumulated over blocks of the
+(memmapped) features, so memory is :math:`O(k^2 + \text{block}\cdot k + m\cdot n)`
+whatever n is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .gradients import (
+    binary_margin,
+    check_differentiable,
+    margin,
+    out_to_loss,
+    params_of,
+    per_example_grads,
+)
+from .projector import IdentityProjector, Projector, SketchProjector
+from .scores import default_ridge, kernel_solve
+from .store import FeatureStore, MemoryStore
+
+__all__ = ["TRAK"]
+
+
+def _signature(model: nn.Module) -> list[list]:
+    return [[n, list(p.shape)] for n, p in model.named_parameters() if p.requires_grad]
+
+
+class TRAK:
+    """TRAK attribution for one architecture and any number of checkpoints.
+
+    Args:
+        model: the network (checkpoints are loaded into it; it is put in ``eval()`` mode).
+        train_x, train_y: the training set (inputs and labels).
+        k: projection dimension (``None``: no projection, features are full gradients).
+        kind: sketch distribution, ``"rademacher"`` or ``"gaussian"``.
+        seed: base sketch seed; model ``j`` uses ``seed + j``.
+        ridge: ``"auto"`` (:func:`~trak_theory.scores.default_ridge`) or a number >= 0.
+        ridge_fraction: the effective-dimension cap of the auto ridge, as a fraction of n.
+        batch_size: examples per vmap call and per stored block.
+        save_dir: folder for memmapped features (fresh or previous run: resumes); ``None``
+            keeps them in memory.
+        output_fn: ``output_fn(model_output, label) -> scalar``; the margin by default.
+        weight_fn: ``weight_fn(model, x, y) -> (n,)`` reweighting; ``1 - p`` by default.
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(),
+        ...                           torch.nn.Linear(8, 3))
+        >>> x, y = torch.randn(40, 5), torch.randint(0, 3, (40,))
+        >>> trak = TRAK(net, x, y, k=16)
+        >>> trak.featurize(net.state_dict(), model_id=0)
+        >>> trak.score(x[:4], y[:4]).shape
+        torch.Size([4, 40])
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_x: Tensor,
+        train_y: Tensor,
+        k: int | None,
+        *,
+        kind: str = "rademacher",
+        seed: int = 0,
+        ridge: float | str = "auto",
+        ridge_fraction: float = 0.5,
+        batch_size: int = 100,
+        save_dir=None,
+        output_fn: Callable[[Tensor, Tensor], Tensor] = margin,
+        weight_fn: Callable[[nn.Module, Tensor, Tensor], Tensor] = out_to_loss,
+    ):
+        if train_x.shape[0] == 0:
+            raise ValueError("cannot attribute to an empty training set")
+        if train_y.shape[0] != train_x.shape[0]:
+            raise ValueError(f"train_x has {train_x.shape[0]} rows but train_y {train_y.shape[0]}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not (ridge == "auto" or (isinstance(ridge, int | float) and ridge >= 0)):
+            raise ValueError(f"ridge must be 'auto' or a number >= 0, got {ridge!r}")
+        self.model = model.eval()
+        self.x, self.y = train_x, train_y
+        self.p = sum(v.numel() for v in params_of(model).values())
+        self.k = self.p if k is None else int(k)
+        self.projected = k is not None
+        self.kind, self.seed = kind, int(seed)
+        self.ridge, self.ridge_fraction = ridge, ridge_fraction
+        self.batch_size = batch_size
+        self.output_fn, self.weight_fn = output_fn, weight_fn
+        self.projector(0)  # validates k <= p and kind up front
+        check_differentiable(model, train_x[:1], train_y[:1], output_fn)
+        n = train_x.shape[0]
+        meta = {
+            "p": self.p,
+            "projected": self.projected,
+            "kind": kind,
+            "seed": self.seed,
+            "params": _signature(model),
+        }
+        self.store = (
+            MemoryStore(n, self.k, batch_size)
+            if save_dir is None
+            else FeatureStore(save_dir, n, self.k, batch_size, meta)
+        )
+        self.ridges: dict[int, float] = {}
+
+    @property
+    def n(self) -> int:
+        return self.store.n
+
+    def projector(self, model_id: int) -> Projector:
+        """The projector of checkpoint ``model_id`` (its own sketch seed)."""
+        if not self.projected:
+            return IdentityProjector(self.p)
+        return SketchProjector(self.p, self.k, self.seed + int(model_id), self.kind)
+
+    def load(self, checkpoint: Mapping[str, Tensor]) -> None:
+        """Load a checkpoint into the model, refusing one of another architecture."""
+        try:
+            self.model.load_state_dict(checkpoint, strict=True)
+        except RuntimeError as exc:
+            raise ValueError(f"checkpoint does not match the model: {exc}") from None
+        self.model.eval()
+
+    def _features(self, x: Tensor, y: Tensor, proj: Projector) -> Tensor:
+        return self._features_and_weights(x, y, proj, need_q=False)[0]
+
+    def _features_and_weights(
+        self, x: Tensor, y: Tensor, proj: Projector, need_q: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        g, out = per_example_grads(
+            self.model, x, y, self.output_fn, check=False, return_outputs=True
+        )
+        q = None
+        if need_q:
+            if self.weight_fn is out_to_loss and self.output_fn in (margin, binary_margin):
+                # the margin is log(p / (1 - p)), so 1 - p = sigmoid(-margin): no extra forward
+                q = torch.sigmoid(-out)
+            else:
+                q = self.weight_fn(self.model, x, y)
+        return proj.project(g), q
+
+    def featurize(
+        self,
+        checkpoint: Mapping[str, Tensor],
+        model_id: int = 0,
+        on_block: Callable[[int], None] | None = None,
+    ) -> None:
+        """Compute and store the train features and weights of one checkpoint, block by block.
+
+        Blocks already marked done in the store (a previous, interrupted run) are skipped.
+
+        Args:
+            checkpoint: a state dict of the model.
+            model_id: index of the checkpoint in the ensemble (sets its sketch seed).
+            on_block: called with each block index after it is stored (progress, tests).
+        """
+        self.load(checkpoint)
+        proj = self.projector(model_id)
+        feats, weights, done = self.store.arrays(model_id)
+        bs = self.batch_size
+        for b in range(self.store.n_blocks):
+            if done[b]:
+                continue
+            sl = slice(b * bs, min(self.n, (b + 1) * bs))
+            xb, yb = self.x[sl], self.y[sl]
+            phi, q = self._features_and_weights(xb, yb, proj)
+            feats[sl] = phi.detach().cpu().numpy()
+            if not torch.isfinite(q).all():
+                raise ValueError(f"non-finite reweighting weights in block {b}")
+            weights[sl] = q.detach().cpu().numpy()
+            self.store.flush(model_id)
+            done[b] = 1
+            if hasattr(done, "flush"):
+                done.flush()
+            if on_block is not None:
+                on_block(b)
+
+    def is_featurized(self, model_id: int) -> bool:
+        return bool(np.all(self.store.arrays(model_id)[2]))
+
+    def gram(self, model_id: int) -> Tensor:
+        r""":math:`\Phi^\top\Phi` accumulated over stored blocks (float64)."""
+        feats = self.store.arrays(model_id)[0]
+        g = torch.zeros(self.k, self.k, dtype=torch.float64)
+        for s in range(0, self.n, self.batch_size):
+            blk = torch.from_numpy(np.asarray(feats[s : s + self.batch_size])).to(torch.float64)
+            g += blk.T @ blk
+        return g
+
+    def ridge_for(self, gram_matrix: Tensor) -> float:
+        if self.ridge == "auto":
+            return default_ridge(gram_matrix, self.n, self.ridge_fraction)
+        return float(self.ridge)
+
+    def _kernel_scores(
+        self, checkpoint: Mapping[str, Tensor], model_id: int, x: Tensor, y: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """(unweighted scores (m, n), weights q (n,)) of one checkpoint, streaming over blocks."""
+        if x.shape[0] == 0:
+            raise ValueError("no targets to score")
+        if not self.is_featurized(model_id):
+            raise ValueError(f"model {model_id} is not (fully) featurised; call featurize first")
+        self.load(checkpoint)
+        g = self.gram(model_id)
+        lam = self.ridge_for(g)
+        self.ridges[model_id] = lam
+        inv = kernel_solve(g, lam)
+        proj = self.projector(model_id)
+        tgt = torch.cat(
+            [
+                self._features(x[s : s + self.batch_size], y[s : s + self.batch_size], proj)
+                for s in range(0, x.shape[0], self.batch_size)
+            ]
+        ).to(torch.float64)
+        left = tgt @ inv  # (m, k)
+        feats, weights, _ = self.store.arrays(model_id)
+        out = torch.empty(x.shape[0], self.n, dtype=torch.float64)
+        for s in range(0, self.n, self.batch_size):
+            e = min(self.n, s + self.batch_size)
+            blk = torch.from_numpy(np.asarray(feats[s:e])).to(torch.float64)
+            out[:, s:e] = left @ blk.T
+        return out, torch.from_numpy(np.asarray(weights)).to(torch.float64)
+
+    def score_model(
+        self, checkpoint: Mapping[str, Tensor], model_id: int, x: Tensor, y: Tensor
+    ) -> Tensor:
+        """Scores (m, n) of one checkpoint: its kernel scores times its own weights q."""
+        k, q = self._kernel_scores(checkpoint, model_id, x, y)
+        return k * q[None, :]
+
+    def score(
+        self,
+        x: Tensor,
+        y: Tensor,
+        checkpoints: Mapping[int, Mapping[str, Tensor]] | None = None,
+    ) -> Tensor:
+        r"""Ensemble scores (m, n) over checkpoints ``{model_id: state_dict}``.
+
+        TRAK's ensemble: the kernel scores and the weights are averaged separately,
+        :math:`\tau = \big(\tfrac1J\sum_j \phi_{t,j}^\top A_j^{-1}\Phi_j^\top\big)
+        \odot \tfrac1J\sum_j q_j` (averaging q over models lowers its variance). Without
+        ``checkpoints`` the model's current parameters are scored as model 0.
+        """
+        if checkpoints is None:
+            checkpoints = {0: {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
+        if not checkpoints:
+            raise ValueError("no checkpoints to score")
+        total, qsum = None, None
+        for mid, ck in checkpoints.items():
+            s, q = self._kernel_scores(ck, mid, x, y)
+            total = s if total is None else total + s
+            qsum = q if qsum is None else qsum + q
+        j = len(checkpoints)
+        return (total / j) * (qsum / j)[None, :]
