@@ -4,4 +4,6 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-torch.set_num_threads(min(torch.get_num_threads(), 2))
+# One thread: on a shared, loaded 2-core machine OpenMP regions of tiny LAPACK calls
+# (orgqr inside linalg.qr) otherwise spin for milliseconds each.
+torch.set_num_threads(1)

@@ -1,0 +1,190 @@
+"""Step time of IMuon vs torch.optim.Muon (and Stiefel baselines), measured side by side.
+
+Cases (full sizes; ``--quick`` shrinks them):
+
+- Euclidean IMuon (``polar="muon"``, the same 5 Newton-Schulz steps) vs torch.optim.Muon on
+  1024x1024 and 4096x1024;
+- fixed-rank IMuon on a LoRA pair (A, B) of a 4096x4096 layer, rank 8 and 64, vs Muon on the
+  two factors;
+- SPD (512), Stiefel (1024x256) and Grassmann (1024x256) IMuon vs Muon on the same matrix;
+- Stiefel IMuon vs manifold Muon by dual ascent (100 polar factors per step), 1024x256, with
+  the objective <G, xi> and the tangency error of each;
+- Stiefel IMuon vs geoopt RiemannianAdam (1024x256);
+- optimizer-state memory (bytes of state tensors) vs Muon.
+
+Ratios are candidate time / baseline time (shared_core.bench.compare, interleaved pairs).
+
+    python packages/imuon/benchmarks/step_time.py --quick \
+        --out packages/imuon/benchmarks/results/step_time_cpu_quick.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from imuon import IMuon, stiefel_lmo
+from imuon.baselines import manifold_muon_dual_ascent
+from shared_core.bench import compare, write_json
+from shared_core.manifolds import SPD, Stiefel
+
+# One CPU thread for both sides: on the shared 2-core machine OpenMP regions of small LAPACK
+# calls (orgqr in linalg.qr) spin under load and would dominate the fixed-rank step.
+THREADS = 1
+
+
+def _param(t):
+    p = torch.nn.Parameter(t.clone())
+    p.grad = torch.randn_like(t) * 0.01
+    return p
+
+
+def _state_bytes(opt) -> int:
+    return sum(
+        v.numel() * v.element_size()
+        for st in opt.state.values()
+        for v in st.values()
+        if torch.is_tensor(v)
+    )
+
+
+def _pair_case(name, cand_params, cand_groups, base_params, repeats, device, extra=None):
+    # Same 5 Newton-Schulz steps in bf16 as torch.optim.Muon (its coefficients and dtype).
+    cand = IMuon(cand_groups, lr=0.01, polar="muon", polar_dtype=torch.bfloat16)
+    base = torch.optim.Muon(base_params, lr=0.01)
+    res = compare(
+        cand.step,
+        base.step,
+        name=name,
+        repeats=repeats,
+        device=device,
+        threads=THREADS,
+        params=extra or {},
+    )
+    res.params["state_bytes_candidate"] = _state_bytes(cand)
+    res.params["state_bytes_muon"] = _state_bytes(base)
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default="step_time.json")
+    args = ap.parse_args(argv)
+    dev = args.device
+    q = args.quick
+    reps = 5 if q else 10
+    torch.manual_seed(0)
+    results = []
+
+    sizes = [(256, 256), (1024, 256)] if q else [(1024, 1024), (4096, 1024)]
+    for m, n in sizes:
+        w = torch.randn(m, n, device=dev)
+        results.append(_pair_case(f"euclidean {m}x{n}", None, [_param(w)], [_param(w)], reps, dev))
+
+    big, ranks = (1024, [8, 32]) if q else (4096, [8, 64])
+    for r in ranks:
+        a, b = torch.randn(big, r, device=dev), torch.randn(big, r, device=dev)
+        pa, pb = _param(a), _param(b)
+        results.append(
+            _pair_case(
+                f"fixed-rank LoRA {big}x{big} r={r}",
+                None,
+                [{"params": [pa, pb], "manifold": "fixed_rank"}],
+                [_param(a), _param(b)],
+                reps,
+                dev,
+            )
+        )
+
+    n_spd = 128 if q else 512
+    s = SPD(n_spd).random_point(device=dev)
+    results.append(
+        _pair_case(
+            f"SPD {n_spd}",
+            None,
+            [{"params": [_param(s)], "manifold": "spd"}],
+            [_param(s)],
+            reps,
+            dev,
+        )
+    )
+    n_st, p_st = (256, 64) if q else (1024, 256)
+    x = Stiefel(n_st, p_st).random_point(device=dev)
+    for kind in ("stiefel", "grassmann"):
+        results.append(
+            _pair_case(
+                f"{kind} {n_st}x{p_st}",
+                None,
+                [{"params": [_param(x)], "manifold": kind}],
+                [_param(x)],
+                reps,
+                dev,
+            )
+        )
+
+    # Stiefel: closed form vs manifold Muon by dual ascent (one LMO call each).
+    St = Stiefel(n_st, p_st)
+    G = torch.randn(n_st, p_st, device=dev)
+    rg = St.egrad2rgrad(x, G)
+    iters = 100
+    xi = stiefel_lmo(x, rg, polar="svd")
+    xi_da, err_da = manifold_muon_dual_ascent(x, G, iters=iters)
+    res = compare(
+        lambda: stiefel_lmo(x, rg, polar="svd"),
+        lambda: manifold_muon_dual_ascent(x, G, iters=iters),
+        name=f"stiefel LMO closed form vs dual ascent ({iters} polars) {n_st}x{p_st}",
+        repeats=max(3, reps // 2),
+        warmup=1,
+        device=dev,
+        threads=THREADS,
+    )
+    res.params.update(
+        objective_closed_form=float((G * xi).sum()),
+        objective_dual_ascent=float((G * xi_da).sum()),
+        tangency_closed_form=float((x.T @ xi + xi.T @ x).norm()),
+        tangency_dual_ascent_before_projection=float(err_da),
+        spectral_norm_closed_form=float(torch.linalg.matrix_norm(xi, 2)),
+        spectral_norm_dual_ascent=float(torch.linalg.matrix_norm(xi_da, 2)),
+    )
+    # The two solve different problems (intrinsic ball vs ambient spectral ball); rescaled
+    # into the ambient ball both are feasible for manifold Muon's problem.
+    res.params["objective_closed_form_in_ambient_ball"] = (
+        res.params["objective_closed_form"] / res.params["spectral_norm_closed_form"]
+    )
+    res.params["objective_dual_ascent_in_ambient_ball"] = res.params["objective_dual_ascent"] / max(
+        1.0, res.params["spectral_norm_dual_ascent"]
+    )
+    results.append(res)
+
+    try:
+        import geoopt
+
+        gp = geoopt.ManifoldParameter(x.clone(), manifold=geoopt.Stiefel())
+        gp.grad = torch.randn_like(x) * 0.01
+        radam = geoopt.optim.RiemannianAdam([gp], lr=0.01)
+        ours = IMuon([{"params": [_param(x)], "manifold": "stiefel"}], lr=0.01)
+        results.append(
+            compare(
+                ours.step,
+                radam.step,
+                name=f"stiefel iMuon vs geoopt RiemannianAdam {n_st}x{p_st}",
+                repeats=reps,
+                device=dev,
+                threads=THREADS,
+            )
+        )
+    except ImportError:
+        print("geoopt not installed: RiemannianAdam case skipped", file=sys.stderr)
+
+    for r in results:
+        print(f"{r.name:70s} ratio {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]")
+    write_json(args.out, results, device=dev, command="python " + " ".join(sys.argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

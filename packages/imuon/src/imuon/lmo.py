@@ -1,0 +1,375 @@
+r"""Intrinsic LMOs: :math:`\xi^\star = L_x^{-1}\,\mathrm{LMO}_N(L_x\,\Gamma)` per manifold.
+
+For a Riemannian metric :math:`g_x` and a linear isometry :math:`L_x` from
+:math:`(T_xM, g_x)` onto a subspace :math:`\mathcal{S}_x` of a matrix space with the Frobenius
+inner product, the intrinsic norm is :math:`\|\xi\|_x = N(L_x\xi)` and the intrinsic LMO at the
+Riemannian gradient (or momentum) :math:`\Gamma` is
+
+.. math::
+
+    \xi^\star = \operatorname*{argmin}_{\xi \in T_xM,\ N(L_x\xi) \le 1} g_x(\Gamma, \xi)
+    = \operatorname*{argmin}_{D \in \mathcal{S}_x,\ N(D) \le 1} \langle L_x\Gamma, D\rangle_F .
+
+When :math:`\mathcal{S}_x` is closed under :math:`\mathrm{LMO}_N`, the ambient LMO of
+:math:`L_x\Gamma` lies in :math:`\mathcal{S}_x` and so solves the restricted problem too:
+:math:`\xi^\star = L_x^{-1}\mathrm{LMO}_N(L_x\Gamma)`. Each lift below maps into block-diagonal
+matrices whose blocks are either unconstrained, skew, symmetric, or have a prescribed column
+space, and each such family is closed under the LMO of :mod:`imuon.norms`.
+
+All functions take a tangent vector ``rgrad`` (the Riemannian gradient or a momentum buffer) and
+return the unit-norm minimiser (radius 1); multiply by the learning rate outside.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from shared_core.manifolds import Factors
+
+from .norms import block_lmo, block_norm, dual_scale, sv_weights
+
+__all__ = [
+    "euclidean_lmo",
+    "fixed_rank_lift",
+    "fixed_rank_lmo",
+    "fixed_rank_proju",
+    "fixed_rank_rgrad",
+    "grassmann_lmo",
+    "intrinsic_norm",
+    "spd_lift",
+    "spd_lmo",
+    "stiefel_lift",
+    "stiefel_lmo",
+]
+
+_SQRT2 = math.sqrt(2.0)
+
+
+def _skew(a: Tensor) -> Tensor:
+    return 0.5 * (a - a.mT)
+
+
+def _sym(a: Tensor) -> Tensor:
+    return 0.5 * (a + a.mT)
+
+
+# ---------------------------------------------------------------- Euclidean
+def euclidean_lmo(
+    G: Tensor, norm: object = "spectral", polar: str = "auto", dual: bool = False, polar_dtype=None
+) -> Tensor:
+    """Plain Muon-family LMO ``argmin_{N(D) <= 1} <G, D>`` (identity lift).
+
+    Example:
+        >>> euclidean_lmo(torch.tensor([[2.0, 0.0], [0.0, -3.0]])).diagonal()
+        tensor([-1.,  1.])
+    """
+    ds = block_lmo([G], norm, polar, polar_dtype)
+    return (dual_scale([G], ds) if dual else ds)[0]
+
+
+# ---------------------------------------------------------------- Stiefel
+def _stiefel_scale(metric: str) -> float:
+    if metric == "euclidean":
+        return 1.0
+    if metric == "canonical":
+        return 1.0 / _SQRT2
+    raise ValueError(f"unknown Stiefel metric {metric!r}; use 'euclidean' or 'canonical'")
+
+
+def stiefel_lift(X: Tensor, xi: Tensor, metric: str = "euclidean") -> list[Tensor]:
+    r"""Blocks of :math:`L_X\xi = \mathrm{diag}(c\,X^\top\xi,\ (I - XX^\top)\xi)`.
+
+    With :math:`\xi = XA + X_\perp B` (:math:`A` skew), the embedded metric is
+    :math:`\|A\|_F^2 + \|B\|_F^2` (:math:`c = 1`) and the canonical one
+    :math:`\tfrac12\|A\|_F^2 + \|B\|_F^2` (:math:`c = 1/\sqrt2`); :math:`(I - XX^\top)\xi =
+    X_\perp B` has the singular values of :math:`B`, so no basis :math:`X_\perp` is needed.
+    """
+    c = _stiefel_scale(metric)
+    a = X.mT @ xi
+    return [c * a, xi - X @ a]
+
+
+def stiefel_lmo(
+    X: Tensor,
+    rgrad: Tensor,
+    norm: object = "spectral",
+    metric: str = "euclidean",
+    polar: str = "auto",
+    dual: bool = False,
+    polar_dtype=None,
+) -> Tensor:
+    r"""Intrinsic LMO on Stiefel :math:`\{X : X^\top X = I_p\}`.
+
+    .. math::
+
+        \xi^\star = \tfrac1c X D_1 + D_2,\qquad
+        (D_1, D_2) = \mathrm{LMO}_N\big(\mathrm{diag}(c\,X^\top\Gamma,\ (I - XX^\top)\Gamma)\big).
+
+    :math:`D_1` is skew (the LMO of a skew, hence normal, matrix is an odd function of it) and
+    :math:`D_2` keeps the column space of :math:`(I - XX^\top)\Gamma`, so :math:`\xi^\star` is
+    tangent. Spectral, Euclidean metric:
+    :math:`\xi^\star = -X\,\mathrm{msign}(X^\top\Gamma) - \mathrm{msign}((I - XX^\top)\Gamma)`.
+
+    Args:
+        X: ``(n, p)`` orthonormal frame.
+        rgrad: tangent vector at ``X`` (the Riemannian gradient for ``metric``).
+        norm: unitarily invariant norm (see :func:`imuon.norms.parse_norm`).
+        metric: ``"euclidean"`` or ``"canonical"`` (must match the metric of ``rgrad``).
+        polar: polar route for the spectral norm.
+        dual: multiply by the dual norm :math:`N_*(L_X\Gamma)` (steepest descent instead of
+            the unit LMO step; the same flag exists on every LMO of this module).
+
+    Returns:
+        The tangent direction with intrinsic norm 1 (0 for a zero ``rgrad``).
+
+    Example:
+        >>> from shared_core.manifolds import Stiefel
+        >>> St = Stiefel(6, 3)
+        >>> X = St.random_point(generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> xi = stiefel_lmo(X, St.egrad2rgrad(X, torch.ones(6, 3, dtype=torch.float64)))
+        >>> St.is_tangent(X, xi)
+        True
+    """
+    c = _stiefel_scale(metric)
+    blocks = stiefel_lift(X, rgrad, metric)
+    ds = block_lmo(blocks, norm, polar, polar_dtype)
+    d1, d2 = dual_scale(blocks, ds) if dual else ds
+    d1 = _skew(d1)
+    d2 = d2 - X @ (X.mT @ d2)  # exact in exact arithmetic; removes round-off
+    return X @ d1 / c + d2
+
+
+# ---------------------------------------------------------------- Grassmann
+def grassmann_lmo(
+    X: Tensor,
+    rgrad: Tensor,
+    norm: object = "spectral",
+    polar: str = "auto",
+    dual: bool = False,
+    polar_dtype=None,
+) -> Tensor:
+    r"""Intrinsic LMO on Grassmann (horizontal lifts :math:`X^\top\xi = 0`, Frobenius metric).
+
+    :math:`L_X` is the identity on horizontal lifts; their set (column space orthogonal to
+    :math:`X`) is closed under the LMO, so :math:`\xi^\star = \mathrm{LMO}_N(\Gamma)`. A change
+    of basis :math:`X \to XQ` sends :math:`\Gamma \to \Gamma Q` and :math:`\xi^\star \to
+    \xi^\star Q`: the step does not depend on the basis.
+
+    Example:
+        >>> from shared_core.manifolds import Grassmann
+        >>> Gr = Grassmann(6, 2)
+        >>> X = Gr.random_point(generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        >>> xi = grassmann_lmo(X, Gr.egrad2rgrad(X, torch.ones(6, 2, dtype=torch.float64)))
+        >>> bool((X.mT @ xi).abs().max() < 1e-12)
+        True
+    """
+    ds = block_lmo([rgrad], norm, polar, polar_dtype)
+    d = (dual_scale([rgrad], ds) if dual else ds)[0]
+    return d - X @ (X.mT @ d)
+
+
+# ---------------------------------------------------------------- SPD
+def _spd_roots(X: Tensor) -> tuple[Tensor, Tensor]:
+    w, q = torch.linalg.eigh(_sym(X))
+    r = w.sqrt()
+    return (q * r.unsqueeze(-2)) @ q.mT, (q / r.unsqueeze(-2)) @ q.mT
+
+
+def spd_lift(X: Tensor, xi: Tensor) -> Tensor:
+    r""":math:`L_X\xi = X^{-1/2}\xi X^{-1/2}` (affine-invariant metric onto Sym(n), Frobenius)."""
+    _, isq = _spd_roots(X)
+    return isq @ xi @ isq
+
+
+def _sym_lmo(S: Tensor, norm: object) -> Tensor:
+    # For symmetric S = Q diag(l) Q^T the singular values are |l| and the LMO is
+    # -Q diag(sign(l) h(|l|)) Q^T: symmetric, so Sym(n) is closed under the LMO.
+    w, q = torch.linalg.eigh(_sym(S))
+    h = sv_weights(w.abs(), norm)
+    return -(q * (torch.sign(w) * h).unsqueeze(-2)) @ q.mT
+
+
+def spd_lmo(X: Tensor, rgrad: Tensor, norm: object = "spectral", dual: bool = False) -> Tensor:
+    r"""Intrinsic LMO on SPD(n) with the affine-invariant metric.
+
+    .. math:: \xi^\star = X^{1/2}\,\mathrm{LMO}_N(X^{-1/2}\Gamma X^{-1/2})\,X^{1/2}.
+
+    With :math:`\Gamma = X\,\mathrm{sym}(G)\,X`, :math:`L_X\Gamma = X^{1/2}\mathrm{sym}(G)X^{1/2}`;
+    spectral: :math:`\xi^\star = -X^{1/2}\,\mathrm{sign}(X^{1/2}\mathrm{sym}(G)X^{1/2})\,X^{1/2}`.
+
+    Example:
+        >>> X = torch.diag(torch.tensor([4.0, 1.0], dtype=torch.float64))
+        >>> spd_lmo(X, torch.diag(torch.tensor([2.0, -3.0], dtype=torch.float64))).diagonal()
+        tensor([-4.,  1.], dtype=torch.float64)
+    """
+    sq, isq = _spd_roots(X)
+    s = isq @ rgrad @ isq
+    d = _sym_lmo(s, norm)
+    if dual:
+        d = dual_scale([s], [d])[0]
+    return _sym(sq @ d @ sq)
+
+
+# ---------------------------------------------------------------- fixed rank
+def fixed_rank_frames(x) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Thin QRs ``(Q_A, R_A, Q_B, R_B)`` of the factors (pass as ``frames=`` to reuse)."""
+    return _frames(x)
+
+
+def _frames(x) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    qa, ra = torch.linalg.qr(x[0])
+    qb, rb = torch.linalg.qr(x[1])
+    return qa, ra, qb, rb
+
+
+def fixed_rank_lift(x, xi, lift: str = "horizontal", frames=None) -> list[Tensor]:
+    r"""Blocks of :math:`L_x\xi` for :math:`X = AB^\top` with the GL(r)-invariant metric.
+
+    With thin QRs :math:`A = Q_AR_A`, :math:`B = Q_BR_B`, the map
+    :math:`(\xi_A, \xi_B) \mapsto (\eta_A, \eta_B) = (\xi_AR_B^\top, \xi_BR_A^\top)` is an
+    isometry from :math:`g(\xi, \xi) = \mathrm{tr}(\xi_A B^\top B\xi_A^\top) +
+    \mathrm{tr}(\xi_B A^\top A\xi_B^\top)` to the Frobenius norm. ``"horizontal"`` (the quotient
+    manifold) splits it further into
+    :math:`\mathrm{diag}(\sqrt2 K,\ (I - Q_AQ_A^\top)\eta_A,\ (I - Q_BQ_B^\top)\eta_B)` with
+    :math:`K = \tfrac12(Q_A^\top\eta_A + \eta_B^\top Q_B)` (on horizontal vectors both terms
+    are equal); ``"total"`` keeps :math:`\mathrm{diag}(\eta_A, \eta_B)` (the factor space).
+    """
+    qa, ra, qb, rb = frames if frames is not None else _frames(x)
+    eta_a, eta_b = xi[0] @ rb.mT, xi[1] @ ra.mT
+    if lift == "total":
+        return [eta_a, eta_b]
+    if lift != "horizontal":
+        raise ValueError(f"unknown fixed-rank lift {lift!r}; use 'horizontal' or 'total'")
+    ka, kb = qa.mT @ eta_a, qb.mT @ eta_b
+    k = 0.5 * (ka + kb.mT)
+    return [_SQRT2 * k, eta_a - qa @ ka, eta_b - qb @ kb]
+
+
+def fixed_rank_lmo(
+    x,
+    rgrad,
+    norm: object = "spectral",
+    lift: str = "horizontal",
+    polar="auto",
+    dual=False,
+    polar_dtype=None,
+    frames=None,
+):
+    r"""Intrinsic LMO on rank-r matrices :math:`AB^\top` (quotient by GL(r)).
+
+    ``"horizontal"`` (default): with :math:`(D_0, D_A, D_B)` the LMO of the lift
+    (:func:`fixed_rank_lift`),
+
+    .. math::
+
+        \eta_A = \tfrac{1}{\sqrt2}Q_AD_0 + D_A,\quad \eta_B = \tfrac{1}{\sqrt2}Q_BD_0^\top + D_B,
+        \quad \xi_A = \eta_AR_B^{-\top},\quad \xi_B = \eta_BR_A^{-\top}.
+
+    :math:`Q_A^\top\eta_A = D_0/\sqrt2 = \eta_B^\top Q_B`, so the result is horizontal. Under
+    the gauge :math:`(AM, BM^{-\top})` the frames rotate (:math:`Q_A \to Q_AO_A`) and every
+    block transforms covariantly, so :math:`\xi \to (\xi_AM, \xi_BM^{-\top})` and
+    :math:`(A + t\xi_A)(B + t\xi_B)^\top` is the same matrix for every ``M``: only orthonormal
+    frames enter, never the factors' conditioning. Spectral induces the ambient step
+    :math:`-\sqrt2\,Q_A\mathrm{msign}(Q_A^\top\nabla f Q_B)Q_B^\top
+    - \mathrm{msign}(P_A^\perp\nabla f Q_B)Q_B^\top
+    - Q_A\mathrm{msign}(P_B^\perp\nabla f^\top Q_A)^\top`.
+
+    ``"total"``: :math:`\xi_A = D_AR_B^{-\top}`, :math:`\xi_B = D_BR_A^{-\top}` for the LMO of
+    :math:`\mathrm{diag}(\eta_A, \eta_B)`: the per-block choice
+    :math:`\xi_A = -\mathrm{msign}(\nabla f\,\tilde B)\ldots`; gauge-equivariant too, but not
+    horizontal (its vertical part moves the factors without moving :math:`AB^\top`).
+
+    Args:
+        x: :class:`~shared_core.manifolds.Factors` ``(A, B)``, ``A`` (m, r), ``B`` (n, r).
+        rgrad: horizontal tangent pair (e.g. ``FixedRankFactored.egrad2rgrad``).
+        norm, polar: see :func:`imuon.norms.block_lmo`.
+        lift: ``"horizontal"`` or ``"total"``.
+
+    Returns:
+        :class:`~shared_core.manifolds.Factors` ``(xi_A, xi_B)``.
+
+    Example:
+        >>> from shared_core.manifolds import FixedRankFactored
+        >>> F = FixedRankFactored(5, 4, 2)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = F.random_point(generator=g, dtype=torch.float64)
+        >>> G = torch.randn(5, 4, generator=g, dtype=torch.float64)
+        >>> xi = fixed_rank_lmo(x, F.egrad2rgrad(x, (G @ x.B, G.mT @ x.A)))
+        >>> F.is_tangent(x, xi)
+        True
+    """
+    frames = frames if frames is not None else _frames(x)
+    qa, ra, qb, rb = frames
+    blocks = fixed_rank_lift(x, rgrad, lift, frames)
+    ds = block_lmo(blocks, norm, polar, polar_dtype)
+    if dual:
+        ds = dual_scale(blocks, ds)
+    if lift == "total":
+        eta_a, eta_b = ds
+    else:
+        d0, da, db = ds
+        da = da - qa @ (qa.mT @ da)
+        db = db - qb @ (qb.mT @ db)
+        eta_a = qa @ d0 / _SQRT2 + da
+        eta_b = qb @ d0.mT / _SQRT2 + db
+    xi_a = torch.linalg.solve_triangular(rb.mT, eta_a, upper=False, left=False)
+    xi_b = torch.linalg.solve_triangular(ra.mT, eta_b, upper=False, left=False)
+    return Factors(xi_a, xi_b)
+
+
+def _horizontal_eta(qa: Tensor, qb: Tensor, eta_a: Tensor, eta_b: Tensor):
+    # In L-coordinates the vertical vectors are (Q_A J, -Q_B J^T); removing them leaves
+    # Q_A^T eta_A = eta_B^T Q_B = K, the average of the two.
+    ka, kb = qa.mT @ eta_a, qb.mT @ eta_b
+    k = 0.5 * (ka + kb.mT)
+    return eta_a - qa @ (ka - k), eta_b - qb @ (kb - k.mT)
+
+
+def fixed_rank_rgrad(x, egrad, frames=None) -> Factors:
+    r"""Riemannian gradient on the fixed-rank quotient, computed in QR coordinates.
+
+    Equal to ``FixedRankFactored.egrad2rgrad`` (the horizontal part of
+    :math:`(G_AB^{\top}B^{-1}\ldots)`) but without Gram matrices: in L-coordinates the Riesz
+    representer of :math:`(\nabla_A f, \nabla_B f)` is :math:`(\nabla_A f\,R_B^{-1},
+    \nabla_B f\,R_A^{-1})`, so the error grows with :math:`\mathrm{cond}(R)` and not with
+    :math:`\mathrm{cond}(R)^2` (which matters for factors of condition number :math:`10^6`).
+    """
+    qa, ra, qb, rb = frames if frames is not None else _frames(x)
+    eta_a = torch.linalg.solve_triangular(rb, egrad[0], upper=True, left=False)
+    eta_b = torch.linalg.solve_triangular(ra, egrad[1], upper=True, left=False)
+    eta_a, eta_b = _horizontal_eta(qa, qb, eta_a, eta_b)
+    return Factors(
+        torch.linalg.solve_triangular(rb.mT, eta_a, upper=False, left=False),
+        torch.linalg.solve_triangular(ra.mT, eta_b, upper=False, left=False),
+    )
+
+
+def fixed_rank_proju(x, v) -> Factors:
+    """Horizontal projection (g-orthogonal) at ``x``, in QR coordinates (see
+    :func:`fixed_rank_rgrad`); the vector transport of the fixed-rank momentum."""
+    qa, ra, qb, rb = _frames(x)
+    eta_a, eta_b = _horizontal_eta(qa, qb, v[0] @ rb.mT, v[1] @ ra.mT)
+    return Factors(
+        torch.linalg.solve_triangular(rb.mT, eta_a, upper=False, left=False),
+        torch.linalg.solve_triangular(ra.mT, eta_b, upper=False, left=False),
+    )
+
+
+# ---------------------------------------------------------------- norms
+def intrinsic_norm(manifold: str, x, xi, norm: object = "spectral", **kw) -> Tensor:
+    """``N(L_x xi)`` for ``manifold`` in ``"stiefel" | "grassmann" | "spd" | "fixed_rank" |
+    "euclidean"`` (``kw``: ``metric=`` for Stiefel, ``lift=`` for fixed rank)."""
+    if manifold == "stiefel":
+        blocks = stiefel_lift(x, xi, kw.get("metric", "euclidean"))
+    elif manifold in ("grassmann", "euclidean"):
+        blocks = [xi]
+    elif manifold == "spd":
+        blocks = [spd_lift(x, xi)]
+    elif manifold == "fixed_rank":
+        blocks = fixed_rank_lift(x, xi, kw.get("lift", "horizontal"))
+    else:
+        raise ValueError(f"unknown manifold {manifold!r}")
+    return block_norm(blocks, norm)

@@ -1,0 +1,189 @@
+r"""LoRA as a fixed-rank point: ``LoRALinear``, param groups, and peft pair discovery.
+
+A LoRA update :math:`\Delta W = AB^\top` (``A`` (out, r), ``B`` (in, r)) is a point of the
+rank-r manifold; IMuon steps it as one point of the GL(r) quotient, so its trajectory does not
+depend on how the product is split between the factors.
+
+The usual LoRA initialisation sets one factor to zero, which is *not* a rank-r point (the
+quotient geometry needs both factors of full column rank). Both helpers here therefore start
+from two random full-rank factors and fold :math:`-sA_0B_0^\top` into the frozen base weight, so
+that the initial network function is unchanged (the same trick as PiSSA-style offsets).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "LoRALinear",
+    "find_lora_pairs",
+    "imuon_param_groups",
+    "peft_param_groups",
+    "prepare_peft_for_imuon",
+]
+
+
+class LoRALinear(nn.Module):
+    r"""``y = x W_0^\top + b + s\,(x B) A^\top`` with frozen ``W_0`` and trainable ``A, B``.
+
+    Args:
+        in_features, out_features: layer sizes.
+        rank: ``r``, ``1 <= r <= min(in, out)``.
+        alpha: scaling numerator; ``s = alpha / r``.
+        bias: trainable bias (routed to AdamW by :func:`imuon_param_groups`).
+        init_std: std of the random factors (both nonzero; see the module docstring).
+
+    Example:
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> base = nn.Linear(6, 4)
+        >>> layer = LoRALinear.from_linear(base, rank=2)
+        >>> x = torch.randn(3, 6)
+        >>> torch.allclose(layer(x), base(x), atol=1e-6)
+        True
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        rank: int,
+        alpha: float | None = None,
+        bias: bool = True,
+        init_std: float = 0.02,
+    ):
+        super().__init__()
+        if not 1 <= rank <= min(in_features, out_features):
+            raise ValueError(
+                f"rank={rank} must satisfy 1 <= rank <= min(in_features={in_features}, "
+                f"out_features={out_features})"
+            )
+        self.in_features, self.out_features, self.rank = in_features, out_features, rank
+        self.scaling = (alpha if alpha is not None else rank) / rank
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.lora_A = nn.Parameter(torch.randn(out_features, rank) * init_std)
+        self.lora_B = nn.Parameter(torch.randn(in_features, rank) * init_std)
+        self._fold_offset()
+
+    @torch.no_grad()
+    def _fold_offset(self) -> None:
+        self.weight.sub_(self.scaling * self.lora_A @ self.lora_B.T)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, rank: int, alpha: float | None = None, **kw):
+        """Wrap an existing ``nn.Linear`` (its weight is copied and frozen)."""
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            rank,
+            alpha,
+            bias=linear.bias is not None,
+            **kw,
+        )
+        with torch.no_grad():
+            layer.weight.copy_(linear.weight)
+            if linear.bias is not None:
+                layer.bias.copy_(linear.bias)
+            layer._fold_offset()
+        layer.to(linear.weight.device, linear.weight.dtype)
+        return layer
+
+    def delta(self) -> Tensor:
+        """The current update ``s A B^T``."""
+        return self.scaling * self.lora_A @ self.lora_B.T
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = nn.functional.linear(x, self.weight, self.bias)
+        return y + self.scaling * (x @ self.lora_B) @ self.lora_A.T
+
+
+def imuon_param_groups(model: nn.Module, **options: Any) -> list[dict[str, Any]]:
+    """Param groups for :class:`imuon.IMuon`: one fixed-rank group holding every
+    :class:`LoRALinear` pair, one ``"auto"`` group with the other trainable tensors.
+
+    ``options`` are set on the fixed-rank group (e.g. ``lr=``, ``norm=``).
+    """
+    pairs, seen = [], set()
+    for mod in model.modules():
+        if isinstance(mod, LoRALinear):
+            pairs += [mod.lora_A, mod.lora_B]
+            seen |= {id(mod.lora_A), id(mod.lora_B)}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in seen]
+    groups = []
+    if pairs:
+        groups.append({"params": pairs, "manifold": "fixed_rank", **options})
+    if rest:
+        groups.append({"params": rest, "manifold": "auto"})
+    return groups
+
+
+def find_lora_pairs(model: nn.Module) -> list[tuple[str, Tensor, Tensor]]:
+    """``(name, lora_B.weight, lora_A.weight)`` for every LoRA adapter of a peft model.
+
+    peft's ``Linear`` LoRA layers hold ``lora_A[adapter]`` (``nn.Linear(in, r)``, weight
+    ``(r, in)``) and ``lora_B[adapter]`` (weight ``(out, r)``), with ``delta W = s B A``; the
+    pair is an IMuon fixed-rank point with ``factor_layout="peft"``. Only duck typing is used
+    (no import of peft), so any module with the same attributes is found.
+    """
+    out = []
+    for name, mod in model.named_modules():
+        la, lb = getattr(mod, "lora_A", None), getattr(mod, "lora_B", None)
+        if not isinstance(la, nn.ModuleDict) or not isinstance(lb, nn.ModuleDict):
+            continue
+        for adapter in la:
+            if adapter in lb and hasattr(la[adapter], "weight") and la[adapter].weight.ndim == 2:
+                out.append((f"{name}.{adapter}", lb[adapter].weight, la[adapter].weight))
+    return out
+
+
+@torch.no_grad()
+def prepare_peft_for_imuon(model: nn.Module, init_std: float = 0.02, seed: int = 0) -> int:
+    """Give every peft LoRA pair two full-rank factors without changing the model's function.
+
+    peft zero-initialises ``lora_B``; this draws it at random and subtracts
+    ``scaling * lora_B @ lora_A`` from the (frozen) base weight. Returns the number of pairs.
+    Needs the layers' ``base_layer`` and ``scaling`` attributes (peft's LoRA ``Linear``).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    count = 0
+    for mod in model.modules():
+        la, lb = getattr(mod, "lora_A", None), getattr(mod, "lora_B", None)
+        if not isinstance(la, nn.ModuleDict) or not isinstance(lb, nn.ModuleDict):
+            continue
+        base = mod.get_base_layer() if hasattr(mod, "get_base_layer") else mod.base_layer
+        for adapter in la:
+            wa, wb = la[adapter].weight, lb[adapter].weight
+            new_b = torch.randn(wb.shape, generator=gen) * init_std
+            wb.copy_(new_b.to(wb))
+            if float(wa.norm()) == 0:
+                wa.copy_((torch.randn(wa.shape, generator=gen) * init_std).to(wa))
+            scale = mod.scaling[adapter]
+            delta = (wb.float() @ wa.float()) * scale
+            if getattr(mod, "fan_in_fan_out", False):
+                delta = delta.T
+            base.weight.sub_(delta.to(base.weight.dtype))
+            count += 1
+    return count
+
+
+def peft_param_groups(model: nn.Module, **options: Any) -> list[dict[str, Any]]:
+    """Param groups for :class:`imuon.IMuon` from a peft model: the LoRA pairs as one
+    fixed-rank group (``factor_layout="peft"``), other trainable tensors routed ``"auto"``."""
+    pairs = find_lora_pairs(model)
+    flat = [t for _, b, a in pairs for t in (b, a)]
+    ids = {id(t) for t in flat}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
+    groups = []
+    if flat:
+        groups.append(
+            {"params": flat, "manifold": "fixed_rank", "factor_layout": "peft", **options}
+        )
+    if rest:
+        groups.append({"params": rest, "manifold": "auto"})
+    return groups

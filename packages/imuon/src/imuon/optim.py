@@ -1,0 +1,525 @@
+r"""``IMuon``: intrinsic Muon on Stiefel, Grassmann, SPD and fixed-rank (LoRA) parameters.
+
+One step for a parameter on a manifold :math:`M` with Euclidean gradient :math:`G`:
+
+.. math::
+
+    \Gamma &= \mathrm{grad}\,f(x) \quad(\texttt{egrad2rgrad}), \qquad
+    m \leftarrow \beta m + (1 - \beta)\Gamma, \qquad
+    d = (1 - \beta)\Gamma + \beta m \ \text{(Nesterov) or } m, \\
+    \xi &= L_x^{-1}\mathrm{LMO}_N(L_xd) \quad(\text{see } \texttt{imuon.lmo}), \qquad
+    x^+ = R_x(\eta\,\xi), \qquad m \leftarrow \mathcal{T}_{x \to x^+}(m),
+
+with the manifold's vector transport :math:`\mathcal{T}` (projection onto the new tangent space;
+parallel transport on SPD). Euclidean matrices take the same step with :math:`L = I` (Muon) and
+the Muon learning-rate rule; non-matrix parameters take AdamW.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from shared_core.manifolds import SPD, Factors, FixedRankFactored, Grassmann, Stiefel
+from shared_core.polar import powm_sym
+
+from .lmo import (
+    euclidean_lmo,
+    fixed_rank_frames,
+    fixed_rank_lmo,
+    fixed_rank_proju,
+    fixed_rank_rgrad,
+    grassmann_lmo,
+    spd_lmo,
+    stiefel_lmo,
+)
+from .norms import POLAR_METHODS, parse_norm
+
+__all__ = ["MANIFOLDS", "IMuon", "tag"]
+
+MANIFOLDS = ("auto", "euclidean", "stiefel", "grassmann", "spd", "fixed_rank", "adamw")
+_TAG = "imuon_manifold"
+_LOW_PRECISION_TOL = 5e-2
+
+
+def tag(param: Tensor, manifold: str) -> Tensor:
+    """Mark ``param`` with its manifold (used by groups whose ``manifold`` is ``"auto"``).
+
+    Example:
+        >>> w = tag(torch.nn.Parameter(torch.linalg.qr(torch.randn(5, 2))[0]), "stiefel")
+        >>> w.imuon_manifold
+        'stiefel'
+    """
+    if manifold not in MANIFOLDS or manifold in ("auto", "fixed_rank"):
+        raise ValueError(
+            f"cannot tag a single tensor with manifold {manifold!r}; use one of "
+            "'euclidean', 'stiefel', 'grassmann', 'spd', 'adamw' (fixed_rank pairs need a "
+            "param group with manifold='fixed_rank')"
+        )
+    setattr(param, _TAG, manifold)
+    return param
+
+
+def _frame(t: Tensor) -> Tensor:
+    """Tall view of a Stiefel/Grassmann parameter: wide ``(p, n)`` weights are orthonormal rows."""
+    return t if t.shape[-2] >= t.shape[-1] else t.mT
+
+
+def _work_dtype(p: Tensor) -> torch.dtype:
+    return torch.float64 if p.dtype == torch.float64 else torch.float32
+
+
+def _check_unit(name: str, value: object, lo: float, hi: float, hi_open: bool = True) -> float:
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid {name}: {value!r}") from None
+    ok = lo <= v < hi if hi_open else lo <= v <= hi
+    if not ok or math.isnan(v):
+        raise ValueError(f"invalid {name}: {value!r} (need {lo} <= {name} < {hi})")
+    return v
+
+
+class IMuon(Optimizer):
+    r"""Intrinsic Muon with per-group manifolds, momentum with transport, Muon/AdamW fallbacks.
+
+    Param groups choose their manifold with the key ``manifold``:
+
+    - ``"stiefel"``: orthonormal frames (a wide ``(p, n)`` weight is read as orthonormal rows);
+      ``stiefel_metric`` ``"euclidean"`` or ``"canonical"``; polar (default) or QR retraction.
+    - ``"grassmann"``: subspaces (basis-invariant steps, polar retraction).
+    - ``"spd"``: affine-invariant metric, exponential-map update (always SPD).
+    - ``"fixed_rank"``: the group's params come in pairs ``(A, B)`` with ``X = A B^T``
+      (``factor_layout="AB"``: ``A`` (m, r), ``B`` (n, r)) or peft's ``(lora_B, lora_A)``
+      (``factor_layout="peft"``: ``(out, r)`` and ``(r, in)``, ``X = lora_B @ lora_A``).
+    - ``"euclidean"``: plain Muon-family step (``L = I``) on a matrix.
+    - ``"adamw"``: AdamW with ``adamw_*`` options.
+    - ``"auto"`` (default): a tensor tagged by :func:`tag` goes to its manifold, other 2-D
+      tensors to ``"euclidean"``, everything else to ``"adamw"``.
+
+    Args:
+        params: tensors or param groups (any option below may be set per group).
+        lr: step length in the intrinsic norm (Muon groups: scaled by ``lr_scale``).
+        momentum: :math:`\beta \in [0, 1)`; the buffer lives in the tangent space.
+        nesterov: use :math:`(1 - \beta)\Gamma + \beta m` as the LMO input.
+        norm: ``"spectral" | "frobenius" | "nuclear" | ("schatten", p)``.
+        weight_decay: decoupled; Euclidean ``x <- (1 - lr wd) x``; fixed rank scales both
+            factors by :math:`\sqrt{1 - \eta\lambda}` (so ``A B^T`` by :math:`1 - \eta\lambda`);
+            SPD moves along the geodesic to ``I``: :math:`X \to X^{1 - \eta\lambda}`. Stiefel
+            and Grassmann have no decay (must be 0).
+        manifold: see above.
+        stiefel_metric, retraction: Stiefel options (``retraction`` ``"polar"``/``"qr"``).
+        fixed_rank_lift: ``"horizontal"`` (quotient, default) or ``"total"`` (factor space).
+        factor_layout: ``"AB"`` or ``"peft"`` (fixed rank).
+        polar: polar route of the spectral LMO: ``"auto"``, ``"svd"`` or a Newton-Schulz table.
+        polar_dtype: Newton-Schulz dtype (``None``: float32 on CPU, bf16 on CUDA;
+            ``torch.bfloat16`` is what torch.optim.Muon uses).
+        scaling: ``"lmo"`` (default, Muon: the step has intrinsic length ``lr``) or ``"dual"``
+            (the step is multiplied by the dual norm :math:`N_*(L_xd)`: steepest descent in the
+            intrinsic norm; with Frobenius it is Riemannian gradient descent, which converges
+            linearly where the unit step only reaches an ``O(lr)`` neighbourhood).
+        lr_scale: Euclidean (Muon) groups only: ``"original"`` (``lr * sqrt(max(1, m/n))``,
+            torch.optim.Muon's default), ``"match_rms_adamw"`` (``0.2 sqrt(max(m, n))``) or
+            ``"none"``. Manifold steps are never rescaled: ``lr`` is their intrinsic length.
+        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW route.
+        nonfinite: ``"skip"`` (default: a NaN/inf gradient anywhere skips the whole step with
+            a ``RuntimeWarning``; no state changes) or ``"raise"`` (``FloatingPointError``).
+
+    Low-precision (bf16/fp16) parameters keep a float32 master copy in the state; the update
+    is computed on it and rounded into the parameter.
+
+    Example:
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> X = torch.nn.Parameter(torch.linalg.qr(torch.randn(8, 3))[0])
+        >>> C = torch.randn(8, 8); C = C + C.T
+        >>> opt = IMuon([{"params": [X], "manifold": "stiefel"}], lr=0.05)
+        >>> for _ in range(5):
+        ...     opt.zero_grad(); loss = torch.trace(X.T @ C @ X); loss.backward(); opt.step()
+        >>> float((X.T @ X - torch.eye(3)).abs().max()) < 1e-5
+        True
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.02,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        norm: object = "spectral",
+        weight_decay: float = 0.0,
+        *,
+        manifold: str = "auto",
+        stiefel_metric: str = "euclidean",
+        retraction: str = "polar",
+        fixed_rank_lift: str = "horizontal",
+        factor_layout: str = "AB",
+        polar: str = "auto",
+        polar_dtype: torch.dtype | None = None,
+        scaling: str = "lmo",
+        lr_scale: str = "original",
+        adamw_lr: float = 3e-4,
+        adamw_betas: tuple[float, float] = (0.9, 0.95),
+        adamw_eps: float = 1e-8,
+        adamw_weight_decay: float = 0.0,
+        nonfinite: str = "skip",
+    ):
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            nesterov=nesterov,
+            norm=norm,
+            weight_decay=weight_decay,
+            manifold=manifold,
+            stiefel_metric=stiefel_metric,
+            retraction=retraction,
+            fixed_rank_lift=fixed_rank_lift,
+            factor_layout=factor_layout,
+            polar=polar,
+            polar_dtype=polar_dtype,
+            scaling=scaling,
+            lr_scale=lr_scale,
+            adamw_lr=adamw_lr,
+            adamw_betas=adamw_betas,
+            adamw_eps=adamw_eps,
+            adamw_weight_decay=adamw_weight_decay,
+        )
+        self._validate(defaults)
+        if nonfinite not in ("skip", "raise"):
+            raise ValueError(f"invalid nonfinite: {nonfinite!r} (use 'skip' or 'raise')")
+        self.nonfinite = nonfinite
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            self._validate(group)
+            self._check_group_points(group)
+
+    # ------------------------------------------------------------------ validation
+    @staticmethod
+    def _validate(g: dict[str, Any]) -> None:
+        lr = g["lr"]
+        if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+            raise ValueError(f"invalid lr: {lr!r} (need a finite number >= 0)")
+        _check_unit("momentum", g["momentum"], 0.0, 1.0)
+        if not isinstance(g["nesterov"], bool):
+            raise ValueError(f"invalid nesterov: {g['nesterov']!r} (need a bool)")
+        parse_norm(g["norm"])
+        wd = g["weight_decay"]
+        if not isinstance(wd, (int, float)) or not math.isfinite(wd) or wd < 0:
+            raise ValueError(f"invalid weight_decay: {wd!r} (need a finite number >= 0)")
+        if g["manifold"] not in MANIFOLDS:
+            raise ValueError(f"invalid manifold: {g['manifold']!r} (use one of {MANIFOLDS})")
+        if g["manifold"] in ("stiefel", "grassmann") and wd != 0:
+            raise ValueError(
+                f"weight_decay={wd!r} on manifold {g['manifold']!r}: the constraint fixes the "
+                "scale, so there is nothing to decay; set weight_decay=0 for this group"
+            )
+        for key, options in (
+            ("stiefel_metric", ("euclidean", "canonical")),
+            ("retraction", ("polar", "qr")),
+            ("fixed_rank_lift", ("horizontal", "total")),
+            ("factor_layout", ("AB", "peft")),
+            ("polar", POLAR_METHODS),
+            ("scaling", ("lmo", "dual")),
+            ("lr_scale", ("original", "match_rms_adamw", "none")),
+        ):
+            if g[key] not in options:
+                raise ValueError(f"invalid {key}: {g[key]!r} (use one of {options})")
+        if g["polar_dtype"] not in (None, torch.float32, torch.float64, torch.bfloat16):
+            raise ValueError(
+                f"invalid polar_dtype: {g['polar_dtype']!r} (None, float32, float64, bfloat16)"
+            )
+        alr = g["adamw_lr"]
+        if not isinstance(alr, (int, float)) or not math.isfinite(alr) or alr < 0:
+            raise ValueError(f"invalid adamw_lr: {alr!r}")
+        betas = g["adamw_betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"invalid adamw_betas: {betas!r} (need two numbers in [0, 1))")
+        for b in betas:
+            _check_unit("adamw_betas", b, 0.0, 1.0)
+        if not (isinstance(g["adamw_eps"], (int, float)) and g["adamw_eps"] > 0):
+            raise ValueError(f"invalid adamw_eps: {g['adamw_eps']!r} (need > 0)")
+        awd = g["adamw_weight_decay"]
+        if not isinstance(awd, (int, float)) or not math.isfinite(awd) or awd < 0:
+            raise ValueError(f"invalid adamw_weight_decay: {awd!r}")
+
+    def _kind(self, group: dict[str, Any], p: Tensor) -> str:
+        kind = group["manifold"]
+        if kind == "auto":
+            kind = getattr(p, _TAG, None) or ("euclidean" if p.ndim == 2 else "adamw")
+        if kind in ("stiefel", "grassmann", "spd", "euclidean") and p.ndim != 2:
+            raise ValueError(f"manifold {kind!r} needs 2-D parameters; got shape {tuple(p.shape)}")
+        return kind
+
+    def _manifold(self, group: dict[str, Any], kind: str, x: Tensor):
+        n, p = x.shape[-2:]
+        if kind == "stiefel":
+            return Stiefel(n, p, metric=group["stiefel_metric"], retraction=group["retraction"])
+        if kind == "grassmann":
+            return Grassmann(n, p)
+        if kind == "spd":
+            if n != p:
+                raise ValueError(f"SPD parameters must be square; got shape {(n, p)}")
+            return SPD(n, retraction="expmap")
+        raise AssertionError(kind)
+
+    def _pairs(self, group: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
+        ps = group["params"]
+        if len(ps) % 2:
+            raise ValueError(
+                f"a fixed_rank group needs its params in (A, B) pairs; got {len(ps)} tensors"
+            )
+        pairs = list(zip(ps[0::2], ps[1::2], strict=True))
+        for a, b in pairs:
+            bb = b.mT if group["factor_layout"] == "peft" else b
+            if a.ndim != 2 or bb.ndim != 2 or a.shape[1] != bb.shape[1]:
+                raise ValueError(
+                    f"fixed_rank pair shapes {tuple(a.shape)}, {tuple(b.shape)} do not fit "
+                    f"factor_layout={group['factor_layout']!r} (A (m, r) with B (n, r), or "
+                    "peft's lora_B (out, r) with lora_A (r, in))"
+                )
+            r = a.shape[1]
+            if r > min(a.shape[0], bb.shape[0]):
+                raise ValueError(
+                    f"fixed_rank rank r={r} exceeds the matrix dims m={a.shape[0]}, n={bb.shape[0]}"
+                )
+        return pairs
+
+    @torch.no_grad()
+    def _check_group_points(self, group: dict[str, Any]) -> None:
+        if group["manifold"] == "fixed_rank":
+            for a, b in self._pairs(group):
+                x = self._fr_point(group, a, b)
+                FixedRankFactored(x[0].shape[0], x[1].shape[0], x[0].shape[1]).check_point(x)
+            return
+        for p in group["params"]:
+            kind = self._kind(group, p)
+            if kind in ("stiefel", "grassmann", "spd"):
+                x = _frame(p) if kind != "spd" else p
+                x = x.to(_work_dtype(p))
+                # A bf16/fp16 point is rounded off the manifold by ~eps(bf16) = 8e-3; accept
+                # that much, and start the float32 master at the nearest manifold point.
+                tol = None if p.dtype in (torch.float32, torch.float64) else _LOW_PRECISION_TOL
+                self._manifold(group, kind, x).check_point(x, atol=tol, rtol=tol)
+
+    # ------------------------------------------------------------------ state helpers
+    def _master(self, p: Tensor, manifold=None) -> Tensor:
+        """The float32/float64 tensor the update is computed on (``p`` itself when possible).
+
+        A low-precision point on a manifold is projected (``manifold.proj``: polar factor,
+        eigenvalue floor) when its master copy is created.
+        """
+        if p.dtype in (torch.float32, torch.float64):
+            return p
+        st = self.state[p]
+        if "master" not in st:
+            m = p.detach().to(torch.float32)
+            if manifold is not None:
+                view = m if manifold.__class__ is SPD else _frame(m)
+                view.copy_(manifold.proj(view))
+            st["master"] = m
+        return st["master"]
+
+    @staticmethod
+    def _writeback(p: Tensor, master: Tensor) -> None:
+        if master is not p:
+            p.copy_(master.to(p.dtype))
+
+    def _grad(self, p: Tensor) -> Tensor:
+        return p.grad.to(_work_dtype(p))
+
+    def _buf(self, p: Tensor, like: Tensor) -> Tensor:
+        st = self.state[p]
+        if "momentum_buffer" not in st:
+            st["momentum_buffer"] = torch.zeros_like(like)
+        return st["momentum_buffer"]
+
+    @staticmethod
+    def _fr_point(group, a: Tensor, b: Tensor) -> Factors:
+        bb = b.mT if group["factor_layout"] == "peft" else b
+        return Factors(a.to(_work_dtype(a)), bb.to(_work_dtype(b)))
+
+    # ------------------------------------------------------------------ step
+    def _all_finite(self) -> bool:
+        flags = [
+            torch.isfinite(p.grad).all()
+            for g in self.param_groups
+            for p in g["params"]
+            if p.grad is not None
+        ]
+        return bool(torch.stack(flags).all()) if flags else True
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None):  # type: ignore[override]
+        """One step; ``closure`` (re-evaluating the loss with grads) is called under grad mode.
+
+        Returns:
+            The closure's loss, or ``None``.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._all_finite():
+            if self.nonfinite == "raise":
+                raise FloatingPointError("IMuon.step: a gradient contains NaN or inf")
+            warnings.warn(
+                "IMuon.step: a gradient contains NaN or inf; the step was skipped",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return loss
+        for group in self.param_groups:
+            if group["manifold"] == "fixed_rank":
+                for a, b in self._pairs(group):
+                    if a.grad is not None and b.grad is not None:
+                        self._step_fixed_rank(group, a, b)
+                continue
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                kind = self._kind(group, p)
+                if kind == "adamw":
+                    self._step_adamw(group, p)
+                elif kind == "euclidean":
+                    self._step_euclidean(group, p)
+                else:
+                    self._step_manifold(group, kind, p)
+        return loss
+
+    @staticmethod
+    def _direction(group, buf: Tensor, rgrad: Tensor) -> Tensor:
+        beta = group["momentum"]
+        buf.lerp_(rgrad, 1 - beta)
+        return rgrad.lerp(buf, beta) if group["nesterov"] else buf.clone()
+
+    def _count(self, p: Tensor) -> None:
+        st = self.state[p]
+        st["step"] = st.get("step", 0) + 1
+
+    def _step_euclidean(self, group, p: Tensor) -> None:
+        x = self._master(p)
+        g = self._grad(p)
+        self._count(p)
+        d = self._direction(group, self._buf(p, x), g)
+        m, n = x.shape
+        lr = group["lr"]
+        if group["lr_scale"] == "original":
+            lr = lr * math.sqrt(max(1.0, m / n))
+        elif group["lr_scale"] == "match_rms_adamw":
+            lr = lr * 0.2 * math.sqrt(max(m, n))
+        if group["weight_decay"]:
+            x.mul_(1 - group["lr"] * group["weight_decay"])
+        dual = group["scaling"] == "dual"
+        x.add_(
+            euclidean_lmo(d, group["norm"], group["polar"], dual, group["polar_dtype"]), alpha=lr
+        )
+        self._writeback(p, x)
+
+    def _step_manifold(self, group, kind: str, p: Tensor) -> None:
+        M = self._manifold(group, kind, p if kind == "spd" else _frame(p))
+        master = self._master(p, M)
+        view = master if kind == "spd" else _frame(master)
+        g = self._grad(p)
+        g = g if kind == "spd" else _frame(g)
+        self._count(p)
+        buf_full = self._buf(p, master)
+        buf = buf_full if kind == "spd" else _frame(buf_full)
+        d = self._direction(group, buf, M.egrad2rgrad(view, g))
+        dual = group["scaling"] == "dual"
+        if kind == "stiefel":
+            metric = group["stiefel_metric"]
+            xi = stiefel_lmo(
+                view, d, group["norm"], metric, group["polar"], dual, group["polar_dtype"]
+            )
+        elif kind == "grassmann":
+            xi = grassmann_lmo(view, d, group["norm"], group["polar"], dual, group["polar_dtype"])
+        else:
+            xi = spd_lmo(view, d, group["norm"], dual)
+        new = M.retr(view, group["lr"] * xi)
+        if kind == "spd" and group["weight_decay"]:
+            new = powm_sym(new, 1 - group["lr"] * group["weight_decay"])
+        buf.copy_(M.transp(view, new, buf))
+        view.copy_(new)
+        self._writeback(p, master)
+
+    def _step_fixed_rank(self, group, a: Tensor, b: Tensor) -> None:
+        peft = group["factor_layout"] == "peft"
+        ma, mb = self._master(a), self._master(b)
+        vb = mb.mT if peft else mb
+        x = Factors(ma, vb)
+        ga = self._grad(a)
+        gb = self._grad(b).mT if peft else self._grad(b)
+        self._count(a)
+        self._count(b)
+        buf_a = self._buf(a, ma)
+        buf_b_full = self._buf(b, mb)
+        buf_b = buf_b_full.mT if peft else buf_b_full
+        frames = fixed_rank_frames(x)  # one pair of QRs for the gradient and the LMO
+        rg = fixed_rank_rgrad(x, (ga, gb), frames)
+        beta = group["momentum"]
+        buf_a.lerp_(rg.A, 1 - beta)
+        buf_b.lerp_(rg.B, 1 - beta)
+        if group["nesterov"]:
+            d = Factors(rg.A.lerp(buf_a, beta), rg.B.lerp(buf_b, beta))
+        else:
+            d = Factors(buf_a.clone(), buf_b.clone())
+        dual = group["scaling"] == "dual"
+        xi = fixed_rank_lmo(
+            x,
+            d,
+            group["norm"],
+            group["fixed_rank_lift"],
+            group["polar"],
+            dual,
+            group["polar_dtype"],
+            frames,
+        )
+        new = Factors(x.A + group["lr"] * xi.A, x.B + group["lr"] * xi.B)
+        if group["weight_decay"]:
+            s = math.sqrt(max(0.0, 1 - group["lr"] * group["weight_decay"]))
+            new = Factors(new.A * s, new.B * s)
+        moved = fixed_rank_proju(new, Factors(buf_a, buf_b))
+        buf_a.copy_(moved.A)
+        buf_b.copy_(moved.B)
+        ma.copy_(new.A)
+        vb.copy_(new.B)
+        self._writeback(a, ma)
+        self._writeback(b, mb)
+
+    def _step_adamw(self, group, p: Tensor) -> None:
+        x = self._master(p)
+        g = self._grad(p)
+        st = self.state[p]
+        if "exp_avg" not in st:
+            st["exp_avg"] = torch.zeros_like(x)
+            st["exp_avg_sq"] = torch.zeros_like(x)
+        self._count(p)
+        t = st["step"]
+        b1, b2 = group["adamw_betas"]
+        st["exp_avg"].lerp_(g, 1 - b1)
+        st["exp_avg_sq"].mul_(b2).addcmul_(g, g, value=1 - b2)
+        lr = group["adamw_lr"]
+        if group["adamw_weight_decay"]:
+            x.mul_(1 - lr * group["adamw_weight_decay"])
+        denom = (st["exp_avg_sq"] / (1 - b2**t)).sqrt_().add_(group["adamw_eps"])
+        x.addcdiv_(st["exp_avg"], denom, value=-lr / (1 - b1**t))
+        self._writeback(p, x)
+
+    # ------------------------------------------------------------------ state dict
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As torch's, but float32 masters and buffers of bf16 parameters stay float32."""
+        saved = copy.deepcopy(state_dict["state"])
+        super().load_state_dict(state_dict)
+        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for pid, p in zip(ids, params, strict=True):
+            for k, v in saved.get(pid, {}).items():
+                if torch.is_tensor(v) and v.is_floating_point() and k != "step":
+                    self.state[p][k] = v.to(device=p.device)

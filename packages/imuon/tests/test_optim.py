@@ -1,0 +1,388 @@
+"""IMuon: routing, references, staying on the manifold, convergence, state, bad input."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from imuon import IMuon, tag
+from shared_core.manifolds import SPD, Grassmann, Stiefel
+
+D = torch.float64
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def _sym_matrix(n, gen, dtype=D):
+    c = torch.randn(n, n, generator=gen, dtype=dtype)
+    return c + c.mT
+
+
+# ---------------------------------------------------------------- references
+def test_euclidean_route_is_muon_against_a_float64_svd_reference():
+    gen = _gen()
+    W = torch.nn.Parameter(torch.randn(9, 4, generator=gen, dtype=D))
+    W0 = W.detach().clone()
+    opt = IMuon([W], lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.2)
+    buf = torch.zeros_like(W0)
+    x = W0.clone()
+    for _ in range(3):
+        g = torch.randn(9, 4, generator=gen, dtype=D)
+        W.grad = g.clone()
+        opt.step()
+        buf = 0.9 * buf + 0.1 * g
+        d = 0.1 * g + 0.9 * buf
+        u, _, vh = np.linalg.svd(d.numpy(), full_matrices=False)
+        x = x * (1 - 0.1 * 0.2) - 0.1 * np.sqrt(9 / 4) * torch.from_numpy(u @ vh)
+    torch.testing.assert_close(W.detach(), x, rtol=1e-10, atol=1e-12)
+
+
+def test_bf16_newton_schulz_route_approximates_the_exact_polar_step():
+    gen = _gen(14)
+    W = torch.nn.Parameter(torch.randn(40, 24, generator=gen))
+    W0 = W.detach().clone()
+    G = torch.randn(40, 24, generator=gen)
+    opt = IMuon(
+        [W], lr=1.0, momentum=0.0, lr_scale="none", polar="muon", polar_dtype=torch.bfloat16
+    )
+    W.grad = G.clone()
+    opt.step()
+    u, _, vh = torch.linalg.svd(G.double(), full_matrices=False)
+    step = (W.detach() - W0).double()
+    # Muon's quintic leaves singular values in roughly [0.6, 1.2]: same direction, not exact.
+    cos = float((step * -(u @ vh)).sum() / (step.norm() * (u @ vh).norm()))
+    assert cos > 0.95
+    assert float(torch.linalg.matrix_norm(step, 2)) < 1.3
+
+
+def test_vector_route_is_adamw():
+    gen = _gen(1)
+    b1 = torch.nn.Parameter(torch.randn(7, generator=gen, dtype=D))
+    b2 = torch.nn.Parameter(b1.detach().clone())
+    ours = IMuon([b1], adamw_lr=0.01, adamw_betas=(0.8, 0.9), adamw_weight_decay=0.1)
+    ref = torch.optim.AdamW([b2], lr=0.01, betas=(0.8, 0.9), eps=1e-8, weight_decay=0.1)
+    for _ in range(4):
+        g = torch.randn(7, generator=gen, dtype=D)
+        b1.grad, b2.grad = g.clone(), g.clone()
+        ours.step()
+        ref.step()
+    torch.testing.assert_close(b1, b2, rtol=1e-12, atol=1e-14)
+
+
+def test_tagged_parameter_goes_to_its_manifold():
+    gen = _gen(2)
+    X = tag(torch.nn.Parameter(Stiefel(6, 2).random_point(generator=gen, dtype=D)), "stiefel")
+    opt = IMuon([X], lr=0.3)
+    X.grad = torch.randn(6, 2, generator=gen, dtype=D)
+    opt.step()
+    Stiefel(6, 2).check_point(X.detach())
+    with pytest.raises(ValueError, match="cannot tag"):
+        tag(torch.nn.Parameter(torch.ones(2, 2)), "fixed_rank")
+
+
+# ---------------------------------------------------------------- manifold behaviour
+def _train(params_groups, loss_fn, steps, **kw):
+    opt = IMuon(params_groups, **kw)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn().backward()
+        opt.step()
+    return opt
+
+
+@pytest.mark.parametrize("steps", [1000, pytest.param(10_000, marks=pytest.mark.slow)])
+def test_stiefel_stays_orthonormal_in_float32(steps):
+    gen = _gen(3)
+    C = _sym_matrix(20, gen, torch.float32)
+    X = torch.nn.Parameter(Stiefel(20, 5).random_point(generator=gen, dtype=torch.float32))
+    _train(
+        [{"params": [X], "manifold": "stiefel"}], lambda: torch.trace(X.T @ C @ X), steps, lr=0.01
+    )
+    err = float((X.T @ X - torch.eye(5)).norm())
+    assert err < 1e-5
+
+
+def test_spd_stays_positive_definite_when_pushed_to_the_boundary():
+    gen = _gen(4)
+    S = torch.nn.Parameter(SPD(5).random_point(generator=gen, dtype=D))
+    T = _sym_matrix(5, gen) * 10  # indefinite: the minimiser lies on the cone's boundary
+    _train(
+        [{"params": [S], "manifold": "spd"}], lambda: ((S - T) ** 2).sum(), 100, lr=0.2, momentum=0
+    )
+    w = torch.linalg.eigvalsh(S.detach())
+    assert float(w.min()) > 0
+    assert float(w.min()) < 1e-3 * float(w.max())  # it did get close to the boundary
+
+
+@pytest.mark.parametrize("manifold", ["stiefel", "grassmann"])
+@pytest.mark.parametrize("norm", ["spectral", "frobenius"])
+def test_rayleigh_quotient_converges_to_the_smallest_eigenvalues(manifold, norm):
+    gen = _gen(5)
+    C = _sym_matrix(12, gen)
+    X = torch.nn.Parameter(Stiefel(12, 3).random_point(generator=gen, dtype=D))
+    opt = IMuon(
+        [{"params": [X], "manifold": manifold}], lr=0.02, norm=norm, momentum=0, scaling="dual"
+    )
+    for _ in range(300):
+        opt.zero_grad()
+        torch.trace(X.T @ C @ X).backward()
+        opt.step()
+    target = float(torch.linalg.eigvalsh(C)[:3].sum())
+    assert float(torch.trace(X.T @ C @ X)) == pytest.approx(target, rel=1e-7)
+
+
+@pytest.mark.parametrize("norm", ["spectral", "frobenius"])
+def test_karcher_mean_on_spd(norm):
+    gen = _gen(6)
+    M = SPD(4)
+    pts = M.random_point(5, generator=gen, dtype=D)
+    S = torch.nn.Parameter(torch.eye(4, dtype=D))
+
+    def loss():
+        return 0.5 * sum(M.dist(S, p) ** 2 for p in pts) / len(pts)
+
+    _train(
+        [{"params": [S], "manifold": "spd"}],
+        loss,
+        100,
+        lr=0.3,
+        momentum=0.0,
+        norm=norm,
+        scaling="dual",
+    )
+    # The Karcher mean is the zero of sum_i log_S(P_i) (independent check: logmap).
+    resid = sum(M.logmap(S.detach(), p) for p in pts)
+    assert float(M.norm(S.detach(), resid)) < 1e-8
+
+
+@pytest.mark.parametrize(("norm", "lr"), [("spectral", 0.1), ("frobenius", 0.3)])
+def test_low_rank_matrix_sensing_converges(norm, lr):
+    gen = _gen(7)
+    m, n, r = 12, 10, 2
+    T = torch.randn(m, r, generator=gen, dtype=D) @ torch.randn(r, n, generator=gen, dtype=D)
+    ops = torch.randn(80, m, n, generator=gen, dtype=D) / 80**0.5
+    y = torch.einsum("kmn,mn->k", ops, T)
+    A = torch.nn.Parameter(torch.randn(m, r, generator=gen, dtype=D))
+    B = torch.nn.Parameter(torch.randn(n, r, generator=gen, dtype=D))
+    _train(
+        [{"params": [A, B], "manifold": "fixed_rank"}],
+        lambda: 0.5 * (torch.einsum("kmn,mn->k", ops, A @ B.T) - y).pow(2).sum(),
+        400,
+        lr=lr,
+        norm=norm,
+        momentum=0.0,
+        scaling="dual",
+    )
+    assert float((A @ B.T - T).norm() / T.norm()) < 1e-6
+
+
+def test_unit_lmo_steps_with_momentum_decrease_the_loss():
+    gen = _gen(13)
+    C = _sym_matrix(10, gen)
+    X = torch.nn.Parameter(Stiefel(10, 3).random_point(generator=gen, dtype=D))
+    start = float(torch.trace(X.T @ C @ X))
+    _train(
+        [{"params": [X], "manifold": "stiefel"}],
+        lambda: torch.trace(X.T @ C @ X),
+        100,
+        lr=0.02,
+        nesterov=False,
+    )
+    target = float(torch.linalg.eigvalsh(C)[:3].sum())
+    # Unit steps of length 0.02 reach an O(lr) neighbourhood of the optimum.
+    assert float(torch.trace(X.T @ C @ X)) - target < 0.05 * (start - target)
+
+
+# ---------------------------------------------------------------- state, closures, dtypes
+def _mixed_model(dtype, gen):
+    st = torch.nn.Parameter(Stiefel(7, 3).random_point(generator=gen, dtype=torch.float32))
+    spd = torch.nn.Parameter(SPD(3).random_point(generator=gen, dtype=torch.float32))
+    a = torch.nn.Parameter(torch.randn(6, 2, generator=gen))
+    b = torch.nn.Parameter(torch.randn(5, 2, generator=gen))
+    w = torch.nn.Parameter(torch.randn(4, 3, generator=gen))
+    v = torch.nn.Parameter(torch.randn(4, generator=gen))
+    ps = [st, spd, a, b, w, v]
+    with torch.no_grad():
+        ps = [torch.nn.Parameter(p.to(dtype)) for p in ps]
+    groups = [
+        {"params": [ps[0]], "manifold": "stiefel"},
+        {"params": [ps[1]], "manifold": "spd", "weight_decay": 0.1},
+        {"params": ps[2:4], "manifold": "fixed_rank", "weight_decay": 0.1},
+        {"params": ps[4:]},
+    ]
+    return ps, groups
+
+
+def _loss(ps, k):
+    st, spd, a, b, w, v = [p.float() for p in ps]
+    t = float(k + 1)
+    return (
+        (st * t).sin().sum()
+        + (spd * spd).sum() * 0.1
+        + ((a @ b.T) - t).pow(2).mean()
+        + (w.cos() * t).sum()
+        + (v - t).pow(2).sum()
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_state_dict_round_trip_continues_exactly(dtype):
+    ps, groups = _mixed_model(dtype, _gen(8))
+    opt = IMuon(groups, lr=0.05)
+
+    def step(o, params, k):
+        o.zero_grad()
+        _loss(params, k).backward()
+        o.step()
+
+    for k in range(3):
+        step(opt, ps, k)
+    saved = copy.deepcopy(opt.state_dict())
+    ps2 = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    _, groups2 = _mixed_model(dtype, _gen(8))
+    for g2, g in zip(groups2, groups, strict=True):
+        idx = [next(i for i, p in enumerate(ps) if p is q) for q in g["params"]]
+        g2["params"] = [ps2[i] for i in idx]
+    opt2 = IMuon(groups2, lr=0.05)
+    opt2.load_state_dict(saved)
+    for k in range(3, 6):
+        step(opt, ps, k)
+        step(opt2, ps2, k)
+    for p, q in zip(ps, ps2, strict=True):
+        assert torch.equal(p, q)
+    if dtype == torch.bfloat16:
+        master = opt2.state[ps2[0]]["master"]
+        assert master.dtype == torch.float32
+        assert float((master.T @ master - torch.eye(3)).norm()) < 1e-5
+
+
+def test_closure_is_called_with_grad_enabled_and_its_loss_returned():
+    gen = _gen(9)
+    X = torch.nn.Parameter(Grassmann(6, 2).random_point(generator=gen, dtype=D))
+    C = _sym_matrix(6, gen)
+    opt = IMuon([{"params": [X], "manifold": "grassmann"}], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.trace(X.T @ C @ X)
+        loss.backward()
+        return loss
+
+    first = opt.step(closure)
+    assert torch.is_tensor(first)
+    assert float(opt.step(closure)) < float(first)
+
+
+def test_wide_stiefel_weight_is_read_as_orthonormal_rows():
+    gen = _gen(10)
+    W = torch.nn.Parameter(Stiefel(9, 4).random_point(generator=gen, dtype=D).T.contiguous())
+    opt = IMuon([{"params": [W], "manifold": "stiefel"}], lr=0.2)
+    W.grad = torch.randn(4, 9, generator=gen, dtype=D)
+    opt.step()
+    torch.testing.assert_close(W @ W.T, torch.eye(4, dtype=D))
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"lr": -1.0}, "invalid lr"),
+        ({"lr": float("nan")}, "invalid lr"),
+        ({"momentum": 1.0}, "invalid momentum"),
+        ({"nesterov": 1}, "invalid nesterov"),
+        ({"norm": "operator"}, "unknown norm"),
+        ({"norm": ("schatten", 0.3)}, "p must be"),
+        ({"weight_decay": -0.1}, "invalid weight_decay"),
+        ({"manifold": "torus"}, "invalid manifold"),
+        ({"polar": "magic"}, "invalid polar"),
+        ({"lr_scale": "big"}, "invalid lr_scale"),
+        ({"adamw_betas": (0.9, 1.0)}, "invalid adamw_betas"),
+        ({"adamw_eps": 0.0}, "invalid adamw_eps"),
+        ({"nonfinite": "ignore"}, "invalid nonfinite"),
+        ({"polar_dtype": torch.float16}, "invalid polar_dtype"),
+        ({"scaling": "adaptive"}, "invalid scaling"),
+    ],
+)
+def test_constructor_rejects_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        IMuon([torch.nn.Parameter(torch.randn(3, 2))], **kwargs)
+
+
+def test_bad_manifold_points_and_shapes_are_refused():
+    off = torch.nn.Parameter(torch.randn(5, 2))
+    with pytest.raises(ValueError, match=r"not a point"):
+        IMuon([{"params": [off], "manifold": "stiefel"}])
+    not_pd = torch.nn.Parameter(torch.diag(torch.tensor([1.0, -1.0])))
+    with pytest.raises(ValueError, match="not a point"):
+        IMuon([{"params": [not_pd], "manifold": "spd"}])
+    with pytest.raises(ValueError, match="square"):
+        IMuon([{"params": [torch.nn.Parameter(torch.eye(3, 2))], "manifold": "spd"}])
+    with pytest.raises(ValueError, match="weight_decay"):
+        IMuon(
+            [{"params": [torch.nn.Parameter(torch.eye(3, 2))], "manifold": "stiefel"}],
+            0.1,
+            0.9,
+            True,
+            "spectral",
+            0.1,
+        )
+    with pytest.raises(ValueError, match="pairs"):
+        IMuon([{"params": [torch.nn.Parameter(torch.randn(4, 2))], "manifold": "fixed_rank"}])
+    a, b = torch.nn.Parameter(torch.randn(4, 2)), torch.nn.Parameter(torch.randn(3, 3))
+    with pytest.raises(ValueError, match="do not fit"):
+        IMuon([{"params": [a, b], "manifold": "fixed_rank"}])
+    a, b = torch.nn.Parameter(torch.randn(2, 3)), torch.nn.Parameter(torch.randn(5, 3))
+    with pytest.raises(ValueError, match="exceeds"):
+        IMuon([{"params": [a, b], "manifold": "fixed_rank"}])
+    a = torch.nn.Parameter(torch.ones(4, 2))  # rank 1
+    b = torch.nn.Parameter(torch.randn(5, 2))
+    with pytest.raises(ValueError, match="rank"):
+        IMuon([{"params": [a, b], "manifold": "fixed_rank"}])
+    with pytest.raises(ValueError, match="2-D"):
+        IMuon([{"params": [torch.nn.Parameter(torch.randn(2, 3, 3))], "manifold": "stiefel"}])
+
+
+def test_nonfinite_gradient_skips_with_warning_or_raises():
+    gen = _gen(11)
+    X = torch.nn.Parameter(Stiefel(5, 2).random_point(generator=gen, dtype=D))
+    v = torch.nn.Parameter(torch.randn(3, dtype=D))
+    before = X.detach().clone()
+    opt = IMuon([{"params": [X], "manifold": "stiefel"}, {"params": [v]}], lr=0.1)
+    X.grad = torch.randn(5, 2, generator=gen, dtype=D)
+    v.grad = torch.tensor([1.0, float("nan"), 0.0], dtype=D)
+    with pytest.warns(RuntimeWarning, match="NaN or inf"):
+        opt.step()
+    assert torch.equal(X.detach(), before) and len(opt.state) == 0
+    strict = IMuon([{"params": [X], "manifold": "stiefel"}], lr=0.1, nonfinite="raise")
+    X.grad[0, 0] = float("inf")
+    with pytest.raises(FloatingPointError):
+        strict.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        X.grad = torch.randn(5, 2, generator=gen, dtype=D)
+        strict.step()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
+def test_cuda_matches_cpu():
+    gen = _gen(12)
+    C = _sym_matrix(16, gen, torch.float32)
+    outs = []
+    for dev in ("cpu", "cuda"):
+        X = torch.nn.Parameter(Stiefel(16, 4).random_point(generator=_gen(1)).to(dev))
+        Cd = C.to(dev)
+        _train(
+            [{"params": [X], "manifold": "stiefel", "polar": "svd"}],
+            lambda X=X, Cd=Cd: torch.trace(X.T @ Cd @ X),
+            20,
+            lr=0.05,
+        )
+        outs.append(X.detach().cpu())
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
