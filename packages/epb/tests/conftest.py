@@ -4,4 +4,5 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-torch.set_num_threads(min(torch.get_num_threads(), 2))
+# tiny tensors: one thread avoids OpenMP barrier stalls on a shared 2-core machine
+torch.set_num_threads(1)

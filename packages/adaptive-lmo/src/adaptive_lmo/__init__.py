@@ -1,10 +1,41 @@
-"""Data-driven per-layer LMO geometry, from SGD to Muon (and Adam, MuAdam), via Schatten-p norms."""
+"""Data-driven per-layer LMO geometry, from SGD to Muon (and Adam, MuAdam), via Schatten-p norms.
+
+- :class:`AdaptiveLMO`: the optimizer (``torch.optim`` conventions).
+- :func:`fractional_update`: :math:`U\\,\\mathrm{diag}(s^a)\\,V^\\top`, the SGD-to-Muon family.
+- :func:`choose_exponent`, :func:`surrogate_decrease`: the criterion and its surrogate.
+- :class:`ActivationCollector`: forward-hook statistics.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
+
+from .criterion import (
+    alignment,
+    choose_exponent,
+    curvature_along,
+    loglog_exponent,
+    surrogate_decrease,
+    surrogate_exponent,
+)
+from .fractional import fractional_update, schatten_p, svd_factors
+from .optim import AdaptiveLMO
+from .stats import ActivationCollector
 
 try:
     __version__ = version("adaptive-lmo")
 except PackageNotFoundError:  # a source tree without metadata
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "ActivationCollector",
+    "AdaptiveLMO",
+    "__version__",
+    "alignment",
+    "choose_exponent",
+    "curvature_along",
+    "fractional_update",
+    "loglog_exponent",
+    "schatten_p",
+    "surrogate_decrease",
+    "surrogate_exponent",
+    "svd_factors",
+]

@@ -1,0 +1,202 @@
+r"""The exponent criterion: a one-step random-feature regression surrogate of the loss decrease.
+
+Surrogate. A layer ``z = W x`` (``W``: ``m x n``) is read as a linear regression on the features
+``x`` it receives (the random-feature view: everything before the layer is frozen for one step)
+with squared loss :math:`L(W) = \tfrac12\,\mathbb{E}\|Wx - y\|^2`. Moving
+:math:`W \to W - \eta D` changes it by exactly
+
+.. math::
+
+    L(W - \eta D) - L(W)
+    = -\eta\,\langle G, D\rangle + \tfrac{\eta^2}{2}\,\mathrm{tr}(D\Sigma D^\top),
+    \qquad \Sigma = \mathbb{E}[x x^\top],
+
+and at the best step :math:`\eta^\star = \langle G, D\rangle/\mathrm{tr}(D\Sigma D^\top)` the
+decrease is :math:`\Delta(D) = \langle G, D\rangle^2 / (2\,\mathrm{tr}(D\Sigma D^\top))`.
+
+Family. For :math:`D_a = U\,\mathrm{diag}(s^a)\,V^\top` built from the SVD of the direction
+``P`` (the momentum, or the Adam-preconditioned momentum), with :math:`d_i = u_i^\top G v_i`
+(:math:`= s_i` when ``P = G``) and :math:`c_i = v_i^\top \Sigma v_i`,
+
+.. math::
+
+    \langle G, D_a\rangle = \sum_i d_i s_i^a, \qquad
+    \mathrm{tr}(D_a\Sigma D_a^\top) = \sum_i s_i^{2a} c_i
+    \quad(\text{because } U^\top U = I),
+
+so :math:`\Delta(a) = (\sum_i d_i s_i^a)^2 / (2\sum_i s_i^{2a} c_i)`: a scalar function of ``a``
+that needs only ``s``, ``d`` and the activation energy ``c`` along the right singular vectors.
+
+Rules. ``"surrogate"`` maximises :math:`\Delta(a)` on [0, 1] (129-point grid, then a parabola
+through the best point and its neighbours). ``"loglog"`` is the closed form: by Cauchy-Schwarz
+:math:`\Delta \le \tfrac12\sum_i d_i^2/c_i` for every :math:`D = U\mathrm{diag}(t)V^\top`, with
+equality iff :math:`t_i \propto d_i / c_i`; the family can only match that if
+:math:`s_i^a \propto d_i/c_i`, so ``a`` is the slope of :math:`\log(d_i/c_i)` against
+:math:`\log s_i`, fitted by least squares with weights :math:`d_i^2/c_i` (each direction's
+share of the bound), clipped to [0, 1]. When :math:`d = s` and :math:`c_i = \kappa s_i^\beta`
+both rules return :math:`\mathrm{clip}(1 - \beta, 0, 1)` exactly (the surrogate is unimodal
+there: see the README).
+
+Example:
+    >>> import torch
+    >>> s = torch.tensor([4.0, 2.0, 1.0, 0.5], dtype=torch.float64)
+    >>> round(choose_exponent(s, 3.0 * s**0.7, rule="loglog"), 6)
+    0.3
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "RULES",
+    "alignment",
+    "choose_exponent",
+    "curvature_along",
+    "loglog_exponent",
+    "surrogate_decrease",
+    "surrogate_exponent",
+]
+
+RULES = ("surrogate", "loglog")
+GRID_POINTS = 129
+
+
+def curvature_along(Vh: Tensor, X: Tensor) -> Tensor:
+    r""":math:`c_i = v_i^\top \hat\Sigma v_i` with :math:`\hat\Sigma = X^\top X / N`.
+
+    Args:
+        Vh: ``(..., r, n)`` right singular vectors as rows.
+        X: ``(..., N, n)`` feature rows (the layer's inputs; same leading dims as ``Vh``).
+
+    Returns:
+        ``(..., r)`` in ``Vh``'s dtype.
+    """
+    if X.shape[-1] != Vh.shape[-1]:
+        raise ValueError(
+            f"features have {X.shape[-1]} columns but the layer's matrix has {Vh.shape[-1]}"
+        )
+    if X.shape[-2] == 0:
+        raise ValueError("no feature rows: the layer saw no activations")
+    return (X.to(Vh.dtype) @ Vh.mT).pow(2).mean(-2)
+
+
+def alignment(U: Tensor, Vh: Tensor, G: Tensor) -> Tensor:
+    r""":math:`d_i = u_i^\top G v_i` (the diagonal of :math:`U^\top G V`), shape ``(..., r)``."""
+    return ((U.mT @ G.to(U.dtype)) * Vh).sum(-1)
+
+
+def _prepare(s: Tensor, c: Tensor, d: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    s = torch.as_tensor(s).to(torch.float64).reshape(-1)
+    c = torch.as_tensor(c).to(torch.float64).reshape(-1)
+    d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
+    if not (s.shape == c.shape == d.shape):
+        raise ValueError(
+            f"s, c and d must have the same number of entries, got {s.numel()}, {c.numel()}, "
+            f"{d.numel()}"
+        )
+    for name, t in (("singular values", s), ("activation curvatures", c), ("alignments", d)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"non-finite {name} (NaN or inf) given to the exponent criterion")
+    if bool((s < 0).any()) or bool((c < 0).any()):
+        raise ValueError("singular values and activation curvatures must be >= 0")
+    keep = s > 0
+    s, c, d = s[keep], c[keep], d[keep]
+    if s.numel() == 0 or not bool((c > 0).any()):
+        raise ValueError(
+            "the criterion needs a non-zero direction and non-zero activations "
+            "(all singular values or all activation curvatures are 0)"
+        )
+    # Directions the sampled activations never excite would make the surrogate's curvature
+    # vanish there; floor them at a tiny ridge so the step size stays finite.
+    c = c.clamp_min(1e-12 * float(c.max()))
+    return s / s.max(), c / c.max(), d / d.abs().max().clamp_min(1e-300)
+
+
+def surrogate_decrease(a: float | Tensor, s: Tensor, c: Tensor, d: Tensor | None = None) -> Tensor:
+    r""":math:`\Delta(a) = (\sum_i d_i s_i^a)^2 / (2\sum_i s_i^{2a} c_i)` for one or many ``a``.
+
+    Scale conventions: ``s``, ``c`` and ``d`` are used as given (no normalisation), so this is
+    the surrogate's decrease in the caller's units. Zero singular values drop out.
+
+    Args:
+        a: exponent(s), a float or a 1-D tensor.
+        s: singular values of the direction, any shape (flattened; a batch of experts counts
+            as one block sharing a step size).
+        c: activation energy along each right singular vector, same shape.
+        d: alignments :math:`u_i^\top G v_i` (default ``s``: the direction is the gradient).
+
+    Returns:
+        A float64 tensor shaped like ``a``.
+    """
+    s = torch.as_tensor(s).to(torch.float64).reshape(-1)
+    c = torch.as_tensor(c).to(torch.float64).reshape(-1)
+    d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
+    keep = s > 0
+    s, c, d = s[keep], c[keep], d[keep]
+    at = torch.as_tensor(a, dtype=torch.float64)
+    A = at.reshape(-1, 1)
+    P = s.log().unsqueeze(0) * A
+    num = (d * P.exp()).sum(-1).pow(2)
+    den = 2.0 * (c * (2.0 * P).exp()).sum(-1)
+    return (num / den).reshape(at.shape)
+
+
+def surrogate_exponent(s: Tensor, c: Tensor, d: Tensor | None = None) -> float:
+    """The maximiser of :func:`surrogate_decrease` over [0, 1] (grid plus parabolic refinement)."""
+    s, c, d = _prepare(s, c, d)
+    grid = torch.linspace(0.0, 1.0, GRID_POINTS, dtype=torch.float64)
+    vals = surrogate_decrease(grid, s, c, d)
+    k = int(torch.argmax(vals))
+    if k in (0, GRID_POINTS - 1):
+        return float(grid[k])
+    y0, y1, y2 = (float(v) for v in vals[k - 1 : k + 2])
+    h = float(grid[1] - grid[0])
+    curv = y0 - 2.0 * y1 + y2
+    shift = 0.5 * (y0 - y2) / curv if curv < 0 else 0.0
+    return float(min(1.0, max(0.0, float(grid[k]) + max(-1.0, min(1.0, shift)) * h)))
+
+
+def loglog_exponent(s: Tensor, c: Tensor, d: Tensor | None = None) -> float:
+    r"""Closed form: weighted slope of :math:`\log(d_i/c_i)` on :math:`\log s_i`, clipped to [0, 1].
+
+    Weights :math:`w_i = d_i^2/c_i`; directions with :math:`d_i \le 0` (the direction points
+    against the gradient there) are left out. If every kept ``s_i`` is equal the family is a
+    single direction and 1.0 is returned.
+    """
+    s, c, d = _prepare(s, c, d)
+    keep = d > 0
+    if not bool(keep.any()):
+        raise ValueError("no direction is aligned with the gradient (all d_i <= 0)")
+    s, c, d = s[keep], c[keep], d[keep]
+    x, y = s.log(), (d / c).log()
+    w = d.pow(2) / c
+    w = w / w.sum()
+    xm, ym = (w * x).sum(), (w * y).sum()
+    var = (w * (x - xm).pow(2)).sum()
+    if float(var) <= 1e-24:
+        return 1.0
+    slope = float((w * (x - xm) * (y - ym)).sum() / var)
+    return float(min(1.0, max(0.0, slope)))
+
+
+def choose_exponent(
+    s: Tensor, c: Tensor, d: Tensor | None = None, *, rule: str = "surrogate"
+) -> float:
+    """The exponent in [0, 1] chosen by ``rule`` (``"surrogate"`` or ``"loglog"``).
+
+    Raises:
+        ValueError: unknown rule; non-finite, negative or all-zero statistics.
+    """
+    if rule == "surrogate":
+        a = surrogate_exponent(s, c, d)
+    elif rule == "loglog":
+        a = loglog_exponent(s, c, d)
+    else:
+        raise ValueError(f"unknown criterion rule {rule!r}; valid: {', '.join(RULES)}")
+    if not math.isfinite(a):  # pragma: no cover - guarded by _prepare
+        raise ValueError("the criterion produced a non-finite exponent")
+    return a

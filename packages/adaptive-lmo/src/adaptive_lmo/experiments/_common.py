@@ -1,0 +1,227 @@
+"""Shared training loop, optimizer factory, learning-rate sweeps and the verdict of the experiments.
+
+Protocol (every experiment): each optimizer gets a learning-rate grid; every (lr, seed) pair
+trains from the same seeded initialisation and data order; the lr with the best mean
+validation metric over seeds is selected, and its test metric (mean and standard deviation
+over seeds) is reported. The claim "AdaptiveLMO matches or beats the better of Muon and
+AdamW" is judged on those test means with a stated tolerance (``TOL_LOSS`` relative for
+losses, ``TOL_ACC`` absolute for accuracies).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from shared_core.experiment import progress, seed_everything
+
+from ..optim import AdaptiveLMO
+from ..routing import scan_module
+
+__all__ = ["OPTIMIZERS", "Combined", "SweepResult", "build_optimizer", "sweep", "verdict"]
+
+OPTIMIZERS = ("AdamW", "Muon", "SGD", "AdaptiveLMO")
+TOL_LOSS = 0.02  # relative
+TOL_ACC = 0.005  # absolute (0.5 percentage points)
+ADAMW_SIDE_LR = 3e-3  # AdamW lr of the non-matrix parameters under Muon and AdaptiveLMO
+
+
+class Combined:
+    """Several optimizers stepped together (Muon for matrices + AdamW for the rest)."""
+
+    def __init__(self, *opts: torch.optim.Optimizer) -> None:
+        self.opts = [o for o in opts if o is not None]
+
+    def zero_grad(self) -> None:
+        for o in self.opts:
+            o.zero_grad()
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+
+
+def build_optimizer(name: str, model: nn.Module, lr: float, **kw: Any) -> Any:
+    """One of :data:`OPTIMIZERS` on ``model`` with matrix learning rate ``lr``.
+
+    Muon and AdaptiveLMO route parameters the same way (:func:`adaptive_lmo.routing.scan_module`)
+    and give the rest AdamW at ``ADAMW_SIDE_LR``; both use Muon's momentum 0.95 (Nesterov) and
+    its "original" shape factor. AdaptiveLMO re-chooses each layer's exponent every
+    ``update_every`` (default 10) steps.
+    """
+    if name == "AdamW":
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    if name == "SGD":
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    infos = scan_module(model)
+    mats = [i.param for i in infos if i.algorithm == "lmo"]
+    rest = [i.param for i in infos if i.algorithm == "adamw"]
+    if name == "Muon":
+        flat_ok = all(p.ndim == 2 for p in mats)
+        if not flat_ok:
+            raise ValueError("torch.optim.Muon needs 2-D matrices")
+        side = torch.optim.AdamW(rest, lr=ADAMW_SIDE_LR, weight_decay=0.0) if rest else None
+        return Combined(torch.optim.Muon(mats, lr=lr, weight_decay=0.0), side)
+    if name == "AdaptiveLMO":
+        return AdaptiveLMO(
+            model,
+            lr=lr,
+            momentum=0.95,
+            adjust_lr_fn="original",
+            adamw_lr=ADAMW_SIDE_LR,
+            update_every=kw.get("update_every", 10),
+            exponent=kw.get("exponent", "auto"),
+        )
+    raise ValueError(f"unknown optimizer {name!r}; valid: {OPTIMIZERS}")
+
+
+@dataclass
+class RunOutput:
+    """One training run: validation/test metric and curves."""
+
+    val: float
+    test: float
+    curve: list[float]
+    exponents: dict[str, list[float]] = field(default_factory=dict)
+    diverged: bool = False
+
+
+@dataclass
+class SweepResult:
+    """Per optimizer: every (lr, seed) run, the selected lr and its test statistics."""
+
+    runs: dict[str, dict[float, list[RunOutput]]]
+    best_lr: dict[str, float]
+    test_mean: dict[str, float]
+    test_std: dict[str, float]
+    higher_is_better: bool
+
+
+def _score(vals: list[float], higher: bool) -> float:
+    """Mean over seeds; any diverged seed makes the lr the worst choice."""
+    if not all(math.isfinite(v) for v in vals):
+        return -math.inf if higher else math.inf
+    return statistics.fmean(vals)
+
+
+def sweep(
+    train_one: Callable[[str, float, int], RunOutput],
+    grids: dict[str, list[float]],
+    seeds: int,
+    *,
+    higher_is_better: bool,
+    desc: str,
+) -> SweepResult:
+    """Run ``train_one(optimizer, lr, seed)`` over every grid point and seed; pick lrs on val."""
+    jobs = [(o, lr, s) for o, lrs in grids.items() for lr in lrs for s in range(seeds)]
+    runs: dict[str, dict[float, list[RunOutput]]] = {o: {} for o in grids}
+    for o, lr, s in progress(jobs, desc=desc):
+        seed_everything(s)
+        runs[o].setdefault(lr, []).append(train_one(o, lr, s))
+    best_lr, mean, std = {}, {}, {}
+    for o, by_lr in runs.items():
+        scores = {lr: _score([r.val for r in rs], higher_is_better) for lr, rs in by_lr.items()}
+        pick = max(scores, key=scores.get) if higher_is_better else min(scores, key=scores.get)
+        best_lr[o] = pick
+        tests = [r.test for r in by_lr[pick]]
+        if all(math.isfinite(v) for v in tests):
+            mean[o] = statistics.fmean(tests)
+            std[o] = statistics.stdev(tests) if len(tests) > 1 else 0.0
+        else:  # every lr diverged on some seed
+            mean[o], std[o] = (-math.inf if higher_is_better else math.inf), math.nan
+    return SweepResult(runs, best_lr, mean, std, higher_is_better)
+
+
+def verdict(res: SweepResult) -> tuple[bool, str, float]:
+    """Does AdaptiveLMO match or beat the better of Muon and AdamW (within the tolerance)?
+
+    Returns:
+        (holds, the better baseline's name, its mean test metric).
+    """
+    base = ["Muon", "AdamW"]
+    if res.higher_is_better:
+        best = max(base, key=lambda o: res.test_mean[o])
+        ok = res.test_mean["AdaptiveLMO"] >= res.test_mean[best] - TOL_ACC
+    else:
+        best = min(base, key=lambda o: res.test_mean[o])
+        ok = res.test_mean["AdaptiveLMO"] <= res.test_mean[best] * (1 + TOL_LOSS)
+    return bool(ok), best, res.test_mean[best]
+
+
+def table_rows(res: SweepResult, metric: str) -> list[dict[str, Any]]:
+    """One row per optimizer: selected lr, test mean and std."""
+    return [
+        {
+            "optimizer": o,
+            "best_lr": res.best_lr[o],
+            f"test_{metric}_mean": round(res.test_mean[o], 5),
+            f"test_{metric}_std": round(res.test_std[o], 5),
+        }
+        for o in res.runs
+    ]
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
+    keys = list(rows[0])
+    return [
+        "| " + " | ".join(keys) + " |",
+        "|" + "---|" * len(keys),
+        *["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows],
+    ]
+
+
+def train_loop(
+    model: nn.Module,
+    opt_name: str,
+    lr: float,
+    seed: int,
+    train: tuple[torch.Tensor, torch.Tensor],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    evaluate: Callable[[nn.Module], tuple[float, float]],
+    *,
+    steps: int,
+    batch: int,
+    record_every: int = 10,
+    **opt_kw: Any,
+) -> RunOutput:
+    """Minibatch training; ``evaluate(model) -> (val, test)`` at the end.
+
+    The curve holds the training loss every ``record_every`` steps; for AdaptiveLMO the
+    per-layer exponents are recorded at the same times. A non-finite loss stops the run and
+    marks it diverged (val and test become inf / -inf by the caller's metric).
+    """
+    X, Y = train
+    opt = build_optimizer(opt_name, model, lr, **opt_kw)
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    curve: list[float] = []
+    exps: dict[str, list[float]] = {}
+    n = X.shape[0]
+    perm = torch.randperm(n, generator=gen)
+    pos = 0
+    for t in range(steps):
+        if pos + batch > n:
+            perm, pos = torch.randperm(n, generator=gen), 0
+        idx = perm[pos : pos + batch]
+        pos += batch
+        opt.zero_grad()
+        loss = loss_fn(model(X[idx]), Y[idx])
+        if not torch.isfinite(loss):
+            return RunOutput(math.nan, math.nan, curve, exps, diverged=True)
+        loss.backward()
+        opt.step()
+        if t % record_every == 0 or t == steps - 1:
+            curve.append(float(loss.detach()))
+            if isinstance(opt, AdaptiveLMO):
+                for name, g in opt.geometry().items():
+                    exps.setdefault(name, []).append(g["exponent"])
+    model.eval()
+    with torch.no_grad():
+        val, test = evaluate(model)
+    model.train()
+    return RunOutput(val, test, curve, exps)

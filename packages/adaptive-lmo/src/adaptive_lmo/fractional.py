@@ -1,0 +1,176 @@
+r"""The SGD-to-Muon family of updates :math:`U\,\mathrm{diag}(s^a)\,V^\top`, a in [0, 1].
+
+For a direction :math:`G = U\,\mathrm{diag}(s)\,V^\top` (thin SVD), the member with exponent
+``a`` is
+
+.. math::
+
+    \Phi_a(G) = U\,\mathrm{diag}(s^a)\,V^\top,
+
+so :math:`\Phi_1(G) = G` (SGD) and :math:`\Phi_0(G) = UV^\top` (Muon's polar factor). Up to
+scale, :math:`-\Phi_a(G)` is the LMO of the Schatten-:math:`p` ball with
+:math:`p = (1 + a)/a` (dual exponent :math:`q = 1 + a`): Hölder's equality point of
+:math:`\max_{\|D\|_{S_p} \le 1}\langle G, D\rangle` is :math:`d_i \propto s_i^{q-1} = s_i^a`.
+
+Two scalings (``scale=``):
+
+``"none"``
+    :math:`\Phi_a(G)` itself: ``a = 1`` returns ``G`` unchanged (so the optimizer is exactly
+    SGD) and ``a = 0`` the polar factor (exactly Muon).
+``"polar"``
+    :math:`\Phi_a(G)\cdot\sqrt{k}/\|s^a\|_2` with :math:`k` the number of non-zero singular
+    values: every member has the Frobenius norm of the polar factor, so one learning rate
+    serves every exponent and ``a = 0`` is still exactly Muon. ``a = 1`` (no SVD is taken) and
+    the iterative route assume full rank, :math:`k = \min(m, n)`.
+
+Routes (``method=``): ``"svd"`` (exact; the factors can be returned for reuse by the
+criterion) and ``"iterative"`` (matmuls only, through
+:func:`shared_core.polar.spectral_power`; ``a = 0`` goes through
+:func:`shared_core.polar.msign`'s Newton-Schulz, the routine a Muon step would use).
+
+Example:
+    >>> import torch
+    >>> G = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    >>> torch.equal(fractional_update(G, 1.0, scale="none"), G)
+    True
+    >>> Q = fractional_update(G, 0.0)
+    >>> torch.allclose(Q.T @ Q, torch.eye(4, dtype=torch.float64))
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from shared_core.polar import msign, spectral_power
+
+__all__ = [
+    "METHODS",
+    "SCALES",
+    "SVDFactors",
+    "check_exponent",
+    "fractional_update",
+    "power_weights",
+    "schatten_p",
+    "svd_factors",
+]
+
+SCALES = ("none", "polar")
+METHODS = ("svd", "iterative")
+
+
+@dataclass(frozen=True)
+class SVDFactors:
+    """Thin SVD ``G = U diag(s) Vh`` (batched), in the compute dtype."""
+
+    U: Tensor
+    s: Tensor
+    Vh: Tensor
+
+
+def check_exponent(a: object, what: str = "exponent") -> float:
+    """Return ``a`` as a float in [0, 1] or raise ``ValueError`` naming the bad value."""
+    if isinstance(a, bool):
+        raise ValueError(f"{what} must be a number in [0, 1], got {a!r}")
+    try:
+        af = float(a)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number in [0, 1], got {a!r}") from None
+    if not (math.isfinite(af) and 0.0 <= af <= 1.0):
+        raise ValueError(f"{what} must be in [0, 1], got {a!r}")
+    return af
+
+
+def schatten_p(a: float) -> float:
+    r"""The Schatten :math:`p = (1 + a)/a` whose LMO is :math:`\Phi_a` up to scale (inf at 0)."""
+    a = check_exponent(a)
+    return math.inf if a == 0.0 else (1.0 + a) / a
+
+
+def _compute_dtype(G: Tensor) -> torch.dtype:
+    return torch.float64 if G.dtype == torch.float64 else torch.float32
+
+
+def svd_factors(G: Tensor) -> SVDFactors:
+    """Thin SVD of ``G`` (``(..., m, n)``) in float32, or float64 for float64 input."""
+    U, s, Vh = torch.linalg.svd(G.to(_compute_dtype(G)), full_matrices=False)
+    return SVDFactors(U, s, Vh)
+
+
+def power_weights(s: Tensor, a: float, scale: str) -> Tensor:
+    r"""The new singular values: :math:`s^a` (``"none"``) or :math:`s^a\sqrt{k}/\|s^a\|_2`.
+
+    Exactly-zero singular values map to zero for every ``a`` (also ``a = 0``, as ``msign``).
+    """
+    w = torch.where(s > 0, s.pow(a), 0.0)
+    if scale == "polar" and a != 0.0:
+        k = (s > 0).sum(-1, keepdim=True).to(s.dtype)
+        nrm = torch.linalg.vector_norm(w, dim=-1, keepdim=True)
+        w = w * torch.where(nrm > 0, k.sqrt() / nrm.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
+    return w
+
+
+def fractional_update(
+    G: Tensor,
+    a: float,
+    *,
+    method: str = "svd",
+    scale: str = "polar",
+    factors: SVDFactors | None = None,
+) -> Tensor:
+    r"""The family member :math:`\Phi_a(G) = U\,\mathrm{diag}(s^a)\,V^\top`, scaled by ``scale``.
+
+    Args:
+        G: ``(..., m, n)`` floating tensor (leading dims are a batch, e.g. MoE experts).
+        a: exponent in [0, 1]: 1 is ``G`` (SGD), 0 the polar factor (Muon).
+        method: ``"svd"`` or ``"iterative"`` (module docstring).
+        scale: ``"none"`` or ``"polar"`` (module docstring).
+        factors: a precomputed thin SVD of ``G`` to reuse (``"svd"`` only).
+
+    Returns:
+        Shaped like ``G``, in float32 (float64 for float64 input).
+
+    Raises:
+        ValueError: bad ``a``, ``method``, ``scale`` or shape; NaN/inf in ``G``.
+
+    Example:
+        >>> G = torch.diag(torch.tensor([4.0, 1.0]))
+        >>> fractional_update(G, 0.5, scale="none")
+        tensor([[2., 0.],
+                [0., 1.]])
+    """
+    a = check_exponent(a)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+    if not isinstance(G, Tensor) or not G.is_floating_point() or G.ndim < 2:
+        raise ValueError(f"G must be a floating tensor of shape (..., m, n), got {G!r:.60}")
+    cd = _compute_dtype(G)
+    X = G.to(cd)
+    if factors is None and not bool(torch.isfinite(X).all()):
+        raise ValueError("fractional_update got a non-finite direction (NaN or inf)")
+    m, n = X.shape[-2:]
+    if min(m, n) == 0:
+        return torch.zeros_like(X)
+    if a == 1.0:
+        if scale == "none":
+            return X.clone()
+        fro = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
+        return X * torch.where(fro > 0, math.sqrt(min(m, n)) / fro.clamp_min(1e-300), 0.0)
+    if method == "iterative":
+        if a == 0.0:
+            return msign(X, check_finite=False).to(cd)
+        P = spectral_power(X, a, method="iterative", dtype=cd, check_finite=False)
+        if scale == "polar":
+            fro = torch.linalg.vector_norm(P, dim=(-2, -1), keepdim=True)
+            return P * torch.where(fro > 0, math.sqrt(min(m, n)) / fro.clamp_min(1e-300), 0.0)
+        fro_g = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
+        return P * fro_g.pow(a)
+    f = factors if factors is not None else svd_factors(X)
+    w = power_weights(f.s, a, scale)
+    return (f.U * w.unsqueeze(-2)) @ f.Vh

@@ -1,0 +1,147 @@
+r"""Input-activation statistics for the criterion, collected by forward hooks.
+
+What is kept. The criterion needs :math:`c_i = v_i^\top\Sigma v_i` with :math:`\Sigma` the
+uncentred second moment of the layer's input features. Instead of the ``n x n`` matrix, the
+collector keeps a row sketch: at most ``max_rows`` feature rows, sampled uniformly without
+replacement from the forward passes of the step that will update the exponent (every
+``update_every``-th step), so :math:`\hat\Sigma = X_s^\top X_s / k` and the memory is
+``max_rows * n`` numbers per layer, only while a sketch is pending.
+
+Features per layer kind (the matrix view of the weight is what the optimizer transforms):
+
+- ``nn.Linear``: the input ``(..., n)`` flattened to rows; matrix view ``W`` itself.
+- ``nn.Conv1d``/``nn.Conv2d`` (``groups=1``, zero padding, numeric padding): unfolded input
+  patches ``(B * L, C * kh * kw)``; matrix view ``W.reshape(out, -1)``, whose column order
+  (channel, then kernel rows, then kernel columns) is ``F.unfold``'s.
+- anything else (other convs, grouped or ``padding="same"`` convs, stacked MoE experts
+  ``(E, out, in)``, parameters used through ``F.linear`` in custom modules): no hook; feed rows
+  yourself through ``AdaptiveLMO.record_activations`` or the layer uses the optimizer's
+  documented fallback exponent.
+
+Passes run with gradients disabled (evaluation) are not recorded.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["ActivationCollector", "feature_fn_for", "subsample_rows"]
+
+
+def subsample_rows(X: Tensor, k: int, generator: torch.Generator) -> Tensor:
+    """At most ``k`` rows of ``X`` (``(..., N, n)``), uniformly without replacement."""
+    N = X.shape[-2]
+    if k >= N:
+        return X
+    idx = torch.randperm(N, generator=generator)[:k].to(X.device)
+    return X.index_select(-2, idx)
+
+
+def _linear_features(module: nn.Linear, x: Tensor, max_rows: int) -> Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def _conv_features(module: nn.Conv1d | nn.Conv2d, x: Tensor, max_rows: int) -> Tensor:
+    two_d = isinstance(module, nn.Conv2d)
+    pad = module.padding
+    if isinstance(pad, str):  # only "valid" reaches here (feature_fn_for)
+        pad = (0,) * len(module.kernel_size)
+    if not two_d:  # Conv1d as a Conv2d with a 1-row kernel
+        x = x.unsqueeze(-2)
+    if x.ndim == 3:  # unbatched input
+        x = x.unsqueeze(0)
+    ks = module.kernel_size if two_d else (1, module.kernel_size[0])
+    st = module.stride if two_d else (1, module.stride[0])
+    pd = tuple(pad) if two_d else (0, pad[0])
+    dl = module.dilation if two_d else (1, module.dilation[0])
+    # Unfolding multiplies the input by kh*kw: unfold only enough images for the sketch.
+    B = x.shape[0]
+    L = max(1, (x.shape[-2] * x.shape[-1]) // max(1, st[0] * st[1]))
+    nb = min(B, max(1, -(-4 * max_rows // L)))
+    cols = F.unfold(x[:nb], ks, dilation=dl, padding=pd, stride=st)  # (nb, C*kh*kw, L)
+    return cols.transpose(1, 2).reshape(-1, cols.shape[1])
+
+
+def feature_fn_for(module: nn.Module) -> Callable[[nn.Module, Tensor, int], Tensor] | None:
+    """The feature extractor for ``module``'s weight, or None when hooks cannot see its inputs."""
+    if isinstance(module, nn.Linear):
+        return _linear_features
+    if type(module) in (nn.Conv1d, nn.Conv2d):
+        if module.groups != 1 or module.padding_mode != "zeros":
+            return None
+        if isinstance(module.padding, str) and module.padding != "valid":
+            return None
+        return _conv_features
+    return None
+
+
+class ActivationCollector:
+    """Row sketches of layer inputs, keyed by parameter, filled by forward hooks.
+
+    ``due`` is the set of parameter ids whose next optimizer step updates the exponent; hooks
+    only record for those. Hooks hold a weak reference to the collector, and the owner removes
+    them (``remove``) or a finalizer does when the owner is garbage-collected.
+    """
+
+    def __init__(self, max_rows: int, seed: int = 0) -> None:
+        self.max_rows = int(max_rows)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rows: dict[int, list[Tensor]] = {}
+        self.due: set[int] = set()
+        self.hooked: set[int] = set()
+        self.handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def add(self, key: int, X: Tensor) -> None:
+        """Append feature rows ``X`` (``(..., N, n)``) for parameter ``key`` (sketched)."""
+        if X.shape[-2] == 0:
+            return
+        X = subsample_rows(X.detach(), self.max_rows, self.generator)
+        self.rows.setdefault(key, []).append(X)
+
+    def take(self, key: int) -> Tensor | None:
+        """The sketch for ``key`` (at most ``max_rows`` rows), removed from the store."""
+        parts = self.rows.pop(key, None)
+        if not parts:
+            return None
+        X = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]
+        return subsample_rows(X, self.max_rows, self.generator)
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+    def nbytes(self) -> int:
+        """Bytes held by pending sketches."""
+        return sum(t.numel() * t.element_size() for parts in self.rows.values() for t in parts)
+
+    def hook(self, module: nn.Module, param: Tensor) -> bool:
+        """Register a forward hook on ``module`` recording inputs for ``param``; False if none."""
+        fn = feature_fn_for(module)
+        if fn is None:
+            return False
+        ref = weakref.ref(self)
+        key = id(param)
+
+        def forward_hook(mod: nn.Module, inputs: tuple, output: object) -> None:
+            col = ref()
+            if col is None or key not in col.due or not torch.is_grad_enabled() or not inputs:
+                return
+            x = inputs[0]
+            if not isinstance(x, Tensor):
+                return
+            with torch.no_grad():
+                col.add(key, fn(mod, x.detach(), col.max_rows))
+
+        self.handles.append(module.register_forward_hook(forward_hook))
+        self.hooked.add(key)
+        return True
+
+    @staticmethod
+    def remove_handles(handles: list[torch.utils.hooks.RemovableHandle]) -> None:
+        for h in handles:
+            h.remove()
+        handles.clear()

@@ -1,0 +1,156 @@
+r"""The documented state a program sees: per-node features of a construction state.
+
+Every feature is a tensor broadcastable to ``(R, n)`` (``R`` states, ``n`` nodes); per-state
+quantities have shape ``(R, 1)``. A program reads them as attributes of its argument ``s``,
+e.g. ``s.d_cur``. Scores of infeasible nodes are ignored (masked after scoring).
+
+========================  ===================================================================
+name                      meaning
+========================  ===================================================================
+``d_cur``                 distance from the current node to each node
+``d_first``               distance to the tour's first node (TSP) / to the depot (CVRP)
+``d_depot``               distance to the depot (CVRP); equals ``d_first`` for TSP
+``d_cur_first``           ``(R, 1)`` distance from the current node back to first node / depot
+``detour``                ``d_cur + d_first - d_cur_first``: cost of visiting the node before
+                          closing the tour / returning to the depot
+``min_to_visited``        distance from each node to its nearest visited node (CVRP: or depot)
+``min_to_unvisited``      distance from each node to its nearest *other* unvisited node
+``mean_to_unvisited``     mean distance from each node to the other unvisited nodes
+``d_centroid``            distance to the centroid of the unvisited nodes
+``rank_cur``              rank of ``d_cur`` among feasible nodes (0 = nearest)
+``x``, ``y``              coordinates
+``demand``                demand as a fraction of capacity (TSP: zeros)
+``remaining``             ``(R, 1)`` remaining capacity fraction (TSP: ones)
+``progress``              ``(R, 1)`` step index divided by the number of nodes
+``left``                  ``(R, 1)`` fraction of nodes (customers) still unvisited
+========================  ===================================================================
+
+Example:
+    >>> import torch
+    >>> from epb.problems import random_tsp, RolloutState
+    >>> st = RolloutState.start(random_tsp(2, 7, torch.Generator().manual_seed(0)))
+    >>> f = node_features(st)
+    >>> tuple(f["d_cur"].shape), tuple(f["progress"].shape)
+    ((2, 7), (2, 1))
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .problems import RolloutState
+
+FEATURES = (
+    "d_cur",
+    "d_first",
+    "d_depot",
+    "d_cur_first",
+    "detour",
+    "min_to_visited",
+    "min_to_unvisited",
+    "mean_to_unvisited",
+    "d_centroid",
+    "rank_cur",
+    "x",
+    "y",
+    "demand",
+    "remaining",
+    "progress",
+    "left",
+)
+
+#: Features that vary across nodes (the rest are per-state constants).
+NODE_FEATURES = tuple(
+    f for f in FEATURES if f not in ("d_cur_first", "remaining", "progress", "left")
+)
+
+ROUTER_FEATURES = (
+    "progress",
+    "left",
+    "remaining",
+    "d_cur_first",
+    "min_d_cur",
+    "mean_d_cur",
+    "second_gap",
+    "at_depot",
+    "spread",
+)
+
+
+def node_features(st: RolloutState) -> dict[str, Tensor]:
+    """The feature dictionary of :data:`FEATURES` for every row of ``st``."""
+    r, n = st.current.shape[0], st.n
+    rows = torch.arange(r)
+    dist = st.dist
+    feas = st.feasible()
+    d_cur = dist[rows, st.current]
+    d_first = dist[rows, st.first]
+    d_depot = dist[:, 0] if st.inst.kind == "cvrp" else d_first
+    d_cf = d_cur.gather(1, st.first[:, None])
+    unv = ~st.visited
+    vis = st.visited.clone()
+    if st.inst.kind == "cvrp":
+        unv = unv.clone()
+        unv[:, 0] = False
+        vis[:, 0] = True
+    big = dist.max() + 1.0
+    eye = torch.eye(n, dtype=torch.bool)[None]
+    min_vis = dist.masked_fill(~vis[:, None, :], big).min(-1).values
+    du = dist.masked_fill(~unv[:, None, :] | eye, big)
+    min_unv = du.min(-1).values
+    min_unv = torch.where(min_unv >= big, torch.zeros_like(min_unv), min_unv)
+    cnt = (unv[:, None, :] & ~eye).sum(-1).clamp_min(1)
+    mean_unv = (dist * (unv[:, None, :] & ~eye)).sum(-1) / cnt
+    w = unv.float()
+    cen = (st.inst.coords * w[..., None]).sum(1) / w.sum(1, keepdim=True).clamp_min(1)
+    d_cen = (st.inst.coords - cen[:, None]).norm(dim=-1)
+    masked = d_cur.masked_fill(~feas, big)
+    rank = masked.argsort(-1).argsort(-1).to(d_cur.dtype)
+    demand = st.inst.demand if st.inst.demand is not None else torch.zeros_like(d_cur)
+    left = unv.sum(-1, keepdim=True).to(d_cur.dtype) / (n - 1 if st.inst.kind == "cvrp" else n)
+    return {
+        "d_cur": d_cur,
+        "d_first": d_first,
+        "d_depot": d_depot,
+        "d_cur_first": d_cf,
+        "detour": d_cur + d_first - d_cf,
+        "min_to_visited": min_vis,
+        "min_to_unvisited": min_unv,
+        "mean_to_unvisited": mean_unv,
+        "d_centroid": d_cen,
+        "rank_cur": rank,
+        "x": st.inst.coords[..., 0],
+        "y": st.inst.coords[..., 1],
+        "demand": demand,
+        "remaining": st.remaining[:, None].to(d_cur.dtype),
+        "progress": torch.full((r, 1), st.t / n, dtype=d_cur.dtype),
+        "left": left,
+    }
+
+
+def router_features(feats: dict[str, Tensor], feasible: Tensor) -> Tensor:
+    """``(R, G)`` per-state summary the router sees (:data:`ROUTER_FEATURES`)."""
+    d = feats["d_cur"]
+    big = d.max() + 1.0
+    dm = d.masked_fill(~feasible, big)
+    srt = dm.sort(-1).values
+    nfeas = feasible.sum(-1, keepdim=True).clamp_min(1)
+    mean = (d * feasible).sum(-1, keepdim=True) / nfeas
+    second = torch.where(srt[:, 1:2] >= big, srt[:, :1], srt[:, 1:2])
+    at_depot = ((feats["d_cur"] - feats["d_depot"]).abs().amax(-1, keepdim=True) < 1e-9).to(d.dtype)
+    spread = (feats["d_centroid"] * feasible).sum(-1, keepdim=True) / nfeas
+    return torch.cat(
+        [
+            feats["progress"],
+            feats["left"],
+            feats["remaining"],
+            feats["d_cur_first"],
+            srt[:, :1],
+            mean,
+            second - srt[:, :1],
+            at_depot,
+            spread,
+        ],
+        -1,
+    )

@@ -1,0 +1,110 @@
+"""Block I / II: boosting targets faults, pruning keeps fidelity, runs are deterministic."""
+
+import torch
+
+from epb.evolve import History, block_one, boost, evolve, fault_cluster, prune
+from epb.features import node_features
+from epb.policy import FunctionTeacher
+from epb.portfolio import Portfolio, collect_states, kl_per_state
+from epb.problems import random_tsp
+from epb.programs import compile_program
+from epb.proposers import Expr, ExpressionProposer, Term, fit_constants
+
+
+def stage_teacher():
+    """Nearest neighbour in the first half of the tour, farthest-insertion rule afterwards."""
+
+    def logits(st):
+        f = node_features(st)
+        late = f["progress"] >= 0.5
+        return torch.where(late, f["min_to_visited"], -f["d_cur"]) / 0.05
+
+    return FunctionTeacher(logits)
+
+
+def banks(seed=0, n=10):
+    g = torch.Generator().manual_seed(seed)
+    t = stage_teacher()
+    return (
+        collect_states(t, random_tsp(8, n, g), starts=2),
+        collect_states(t, random_tsp(4, n, g), starts=2),
+    )
+
+
+def expr_prog(e, name):
+    return compile_program(e.render(), name, expr=e)
+
+
+def test_fit_constants_finds_the_teachers_rule():
+    train, _ = banks()
+    early = train.index((train.stage < 0.4).nonzero().squeeze(-1))
+
+    def objective(g):
+        from epb.portfolio import masked_log_softmax
+
+        return kl_per_state(
+            early.teacher_logp, masked_log_softmax(g, early.mask), early.mask
+        ).mean()
+
+    e, loss = fit_constants(Expr([Term(0.1, "id", "d_cur")]), early.feats, objective, 200, 0.2)
+    assert e.terms[0].coef < -5  # -d_cur / 0.05 = -20 d_cur is the teacher
+    assert loss < 0.05
+
+
+def test_boosting_adds_a_program_that_reduces_the_fault_loss():
+    train, val = banks()
+    port = Portfolio([expr_prog(Expr([Term(-1.0, "id", "d_cur")]), "nearest")])
+    port.fit(train, steps=100)
+    idx = fault_cluster(port, train)
+    focus = train.index(idx)
+    before = float(
+        kl_per_state(focus.teacher_logp, port.log_probs(focus).detach(), focus.mask).mean()
+    )
+    hist = History()
+    new = boost(port, train, val, ExpressionProposer(seed=0, candidates=2), hist, force=True)
+    assert new.k == 2
+    focus = train.index(idx)  # fresh cache
+    after = float(
+        kl_per_state(focus.teacher_logp, new.log_probs(focus).detach(), focus.mask).mean()
+    )
+    assert after < 0.7 * before, (before, after, hist.log)
+
+
+def test_pruning_drops_a_duplicate_and_keeps_fidelity():
+    train, val = banks(1)
+    e = Expr([Term(-1.0, "id", "d_cur")])
+    progs = [
+        expr_prog(e, "nearest"),
+        expr_prog(Expr([Term(1.0, "id", "min_to_visited")]), "far"),
+        compile_program("def score(s):\n    return -2.0 * s.d_cur", "nearest_again"),
+    ]
+    port = Portfolio(progs)
+    port.fit(train, steps=150)
+    base = port.fidelity(val)
+    tol = 0.01
+    new = prune(port, train, val, History(), tol=tol)
+    fid = new.fidelity(val)
+    assert new.k < port.k
+    assert fid["agreement"] >= base["agreement"] - tol and fid["kl"] <= base["kl"] + tol
+
+
+def test_block_one_never_worsens_validation_kl():
+    train, val = banks(2)
+    port = Portfolio([expr_prog(Expr([Term(-1.0, "id", "x")]), "bad")])
+    port.fit(train, steps=100)
+    before = port.fidelity(val)["kl"]
+    new = block_one(port, train, val, ExpressionProposer(seed=1, candidates=2), History())
+    assert new.fidelity(val)["kl"] <= before
+
+
+def test_deterministic_under_a_seed():
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        train, val = banks(3, n=8)
+        port = Portfolio([expr_prog(Expr([Term(-1.0, "id", "d_cur")]), "nearest")])
+        port, hist = evolve(
+            port, train, val, ExpressionProposer(seed=5, candidates=2), iterations=1, max_programs=3
+        )
+        outs.append(([p.source for p in port.programs], hist.records[-1]["val_kl"]))
+    assert outs[0] == outs[1]

@@ -1,0 +1,29 @@
+"""Each experiment's quick path on a tiny configuration."""
+
+import pytest
+
+from epb.experiments import cvrp, tsp
+from shared_core.experiment import RunContext
+
+
+def tiny(quick, n=20):
+    return dict(train_inst=4, train_starts=2, val_inst=2, iterations=1, test=6, candidates=1)
+
+
+def test_tsp_quick_path_on_tiny_config(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(tsp, "config", tiny)
+    res = tsp.run(RunContext(out_dir=tmp_path, quick=True, full=False, seed=0))
+    assert isinstance(res.holds, bool) and res.plots
+    for p in res.plots:
+        assert (tmp_path / p).is_file()
+    m = res.metrics["tsp20"]
+    assert m["gaps"]["teacher multi-start"] <= m["gaps"]["teacher greedy"] + 1e-9
+    assert 0 <= m["val_agreement"] <= 1 and (tmp_path / "portfolio_tsp20.py").is_file()
+
+
+def test_cvrp_quick_path_on_tiny_config(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(cvrp, "config", lambda quick: tiny(quick))
+    res = cvrp.run(RunContext(out_dir=tmp_path, quick=True, full=False, seed=0))
+    assert isinstance(res.holds, bool) and len(res.plots) == 2
