@@ -202,8 +202,13 @@ def test_gpu_check_finds_every_package_kernel_and_each_example_runs_on_cpu():
     from shared_core.kernels import HAS_TRITON
 
     kernels = gpu_check.all_kernels()
-    expected = {"sign_lmo", "syrk", "ns_step", "diloco-ef/stochastic_quantize",
-                "trak-theory/sketch_project"}
+    expected = {
+        "sign_lmo",
+        "syrk",
+        "ns_step",
+        "diloco-ef/stochastic_quantize",
+        "trak-theory/sketch_project",
+    }
     assert expected <= set(kernels)
     for name, spec in kernels.items():
         gen = torch.Generator().manual_seed(11)
