@@ -60,12 +60,26 @@ def _halfplane(rng, margin=1e-3):
     return f
 
 
+def _halfspace(d: int):
+    def make(rng, margin=1e-3):
+        w = rng.normal(size=d)
+        w /= np.linalg.norm(w)
+        c = float(w @ rng.uniform(0.2, 0.8, d))
+        f = lambda x: (x @ w - c > 0).astype(np.int64)  # noqa: E731
+        f.keep = lambda x: np.abs(x @ w - c) > margin
+        return f
+
+    return make
+
+
 CLASSES = {
     "thresholds": (_threshold, None),
     "intervals": (_interval, None),
     "boxes": (_box, 2),
     "unions": (_union, None),
     "halfplanes": (_halfplane, 2),
+    "halfspaces3": (_halfspace(3), 3),
+    "halfspaces5": (_halfspace(5), 5),
 }
 
 

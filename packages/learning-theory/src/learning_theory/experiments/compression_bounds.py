@@ -34,6 +34,7 @@ from ..compression import (
     ThresholdScheme,
     UnionOfIntervalsScheme,
 )
+from ..halfspaces import HalfspaceScheme
 from ..high_arity import HighArityLearner, draw_grid
 from ..samplers import HIGH_ARITY, draw, high_arity_target, random_target
 
@@ -46,6 +47,7 @@ CLASSICAL = {
     "boxes": BoxScheme(2),
     "unions": UnionOfIntervalsScheme(3),
     "halfplanes": HalfplaneScheme(),
+    "halfspaces3": HalfspaceScheme(3),
 }
 
 
