@@ -209,3 +209,84 @@ def test_trak_ranks_worst_group_points_as_influential_for_worst_group_targets():
     aucs = torch.cat(pooled)
     se = float(aucs.std() / len(aucs) ** 0.5)
     assert float(aucs.mean()) > 0.5 + 3 * se, (float(aucs.mean()), se)
+
+
+# --- adaptive-lmo vs imuon on a LoRA layer -------------------------------------------------
+
+
+def _lora_problem(seed=0):
+    from imuon.lora import LoRALinear
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng():  # nn.Linear and LoRALinear draw from the global RNG
+        torch.manual_seed(seed)
+        base = torch.nn.Linear(17, 13, bias=False).double()
+        layer = LoRALinear.from_linear(base, rank=3)
+    shift = (
+        0.1
+        * torch.randn(13, 3, generator=g, dtype=torch.float64)
+        @ torch.randn(3, 17, generator=g, dtype=torch.float64)
+    )
+    x = torch.randn(200, 17, generator=g, dtype=torch.float64)
+    y = x @ (base.weight.detach() + shift).T  # the finetuning target is a rank-3 shift
+    return layer, x, y
+
+
+def _gauge(layer, cond: float, seed: int = 1) -> None:
+    """(A, B) -> (A M, B M^-T): the same product A B^T, factors conditioned like M."""
+    g = torch.Generator().manual_seed(seed)
+    q1, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
+    q2, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
+    m = q1 @ torch.diag(torch.logspace(0, float(torch.log10(torch.tensor(cond))), 3).double()) @ q2
+    with torch.no_grad():
+        layer.lora_A.copy_(layer.lora_A @ m)
+        layer.lora_B.copy_(layer.lora_B @ torch.linalg.inv(m).T)
+
+
+def _lora_optimizers():
+    from adaptive_lmo import AdaptiveLMO
+    from imuon import IMuon
+
+    return {
+        "imuon": lambda layer: IMuon(
+            [{"params": [layer.lora_A, layer.lora_B], "manifold": "fixed_rank"}],
+            lr=0.05,
+            momentum=0.9,
+            polar="svd",
+        ),
+        "adaptive-lmo": lambda layer: AdaptiveLMO(
+            [layer.lora_A, layer.lora_B], lr=0.05, momentum=0.9, exponent=0.5
+        ),
+    }
+
+
+def _finetune(layer, make, x, y, steps):
+    opt = make(layer)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(layer(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(layer(x), y)), layer.delta().clone()
+
+
+def test_imuon_and_adaptive_lmo_both_finetune_a_lora_layer_but_only_imuon_ignores_the_gauge():
+    # Both packages' optimizers fit a rank-3 shift through the LoRA pair. iMuon steps on the
+    # fixed-rank manifold, so refactoring the same A B^T as (A M, B M^-T) changes nothing;
+    # AdaptiveLMO steps on the factors, so its trajectory depends on M (P01's point vs P19).
+    for name, make in _lora_optimizers().items():
+        layer, x, y = _lora_problem()
+        with torch.no_grad():
+            start = float(torch.nn.functional.mse_loss(layer(x), y))
+        loss, delta = _finetune(layer, make, x, y, 40)
+        assert loss < 0.5 * start, (name, start, loss)
+
+        layer2, _, _ = _lora_problem()
+        _gauge(layer2, cond=1e3)
+        torch.testing.assert_close(layer2.delta(), _lora_problem()[0].delta(), rtol=1e-9, atol=0)
+        _, delta2 = _finetune(layer2, make, x, y, 40)
+        rel = float((delta2 - delta).norm() / delta.norm())
+        if name == "imuon":
+            assert rel < 1e-8, rel
+        else:
+            assert rel > 1e-2, rel
