@@ -103,6 +103,21 @@ class SweepResult:
     higher_is_better: bool
 
 
+def log_grid(lo: float, hi: float, k: int) -> list[float]:
+    """``k`` log-spaced learning rates from ``lo`` to ``hi`` (3 significant digits)."""
+    return [float(f"{lo * (hi / lo) ** (i / (k - 1)):.3g}") for i in range(k)]
+
+
+def default_grids(k: int) -> dict[str, list[float]]:
+    """Per-optimizer learning-rate grids of ``k`` points (the image and teacher-student ones)."""
+    return {
+        "AdamW": log_grid(1e-3, 3e-2, k),
+        "Muon": log_grid(0.01, 0.3, k),
+        "SGD": log_grid(0.01, 0.3, k),
+        "AdaptiveLMO": log_grid(0.01, 0.3, k),
+    }
+
+
 def _score(vals: list[float], higher: bool) -> float:
     """Mean over seeds; any diverged seed makes the lr the worst choice."""
     if not all(math.isfinite(v) for v in vals):

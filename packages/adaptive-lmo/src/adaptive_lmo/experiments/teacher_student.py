@@ -29,7 +29,7 @@ from torch import nn
 
 from shared_core.experiment import ExperimentResult, RunContext, line_plot, run_experiment
 
-from ._common import markdown_table, sweep, table_rows, train_loop, verdict
+from ._common import default_grids, markdown_table, sweep, table_rows, train_loop, verdict
 
 
 def make_data(d: int, n: int, seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -73,16 +73,7 @@ def config(quick: bool) -> dict[str, Any]:
     return {"d": 48, "h": 96, "n": 8192, "steps": 2000, "batch": 128, "seeds": 5, "grid": 6}
 
 
-def grids(k: int) -> dict[str, list[float]]:
-    def logspace(lo: float, hi: float) -> list[float]:
-        return [float(f"{lo * (hi / lo) ** (i / (k - 1)):.3g}") for i in range(k)]
-
-    return {
-        "AdamW": logspace(1e-3, 3e-2),
-        "Muon": logspace(0.01, 0.3),
-        "SGD": logspace(0.01, 0.3),
-        "AdaptiveLMO": logspace(0.01, 0.3),
-    }
+grids = default_grids  # module attribute: the tests shrink it
 
 
 def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
