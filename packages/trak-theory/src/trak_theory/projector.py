@@ -12,6 +12,7 @@ compare with traker on identical features); :class:`IdentityProjector` keeps the
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
 
@@ -30,14 +31,15 @@ def _cached_matrix(p: int, k: int, seed: int, kind: str) -> Tensor:
     return sketch_block_reference(seed, 0, p, k, kind) / math.sqrt(k)
 
 
-class Projector:
+class Projector(abc.ABC):
     """Interface: ``project(g)`` maps (n, p) to (n, k); ``p`` and ``k`` are attributes."""
 
     p: int
     k: int
 
-    def project(self, g: Tensor) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def project(self, g: Tensor) -> Tensor:
+        """The (n, k) projection of (n, p) gradients."""
 
     def describe(self) -> dict:
         """A JSON-able description, stored with saved features to refuse mismatched resumes."""
