@@ -13,14 +13,13 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import os
 import pathlib
-import socket
-import subprocess
 import sys
 
 import pytest
 import torch
+
+from shared_core.testing import launch_local
 
 HERE = pathlib.Path(__file__).parent
 
@@ -188,12 +187,6 @@ def test_compiled_step_matches_eager(case):
     torch.testing.assert_close(compiled_params[0], eager_params[0], rtol=1e-12, atol=1e-14)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _half_batch_average_run(case, problem, steps: int, world: int = 2) -> torch.Tensor:
     """One process replaying DDP's arithmetic: each rank's gradient, then their average.
 
@@ -225,22 +218,9 @@ def test_ddp_two_gloo_processes_agree_with_one_process(tmp_path):
     """Every DDP-capable optimizer: 2 ranks on halves of the batch == 1 process averaging the
     same two half-batch gradients (== the full-batch step up to rounding)."""
     names = [c.name for c in CASES if c.ddp]
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
-        "WORLD_SIZE": "2",
-        "OMP_NUM_THREADS": "1",
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "_ddp_worker.py"), str(tmp_path), *names],
-            env={**env, "RANK": str(rank)},
-        )
-        for rank in range(2)
-    ]
-    codes = [p.wait(timeout=300) for p in procs]
-    assert codes == [0, 0]
+    command = [sys.executable, str(HERE / "_ddp_worker.py"), str(tmp_path), *names]
+    run = launch_local(command, timeout_s=300)
+    assert run.codes == [0, 0], run.logs
     results = json.loads((tmp_path / "rank0.json").read_text())
     assert sorted(results) == sorted(names)
 

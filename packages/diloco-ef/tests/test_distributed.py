@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
-import socket
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from diloco_ef import DiLoCo, TorchDistCommunicator
+from shared_core.testing import launch_local
 
 HERE = pathlib.Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("_dist_worker", HERE / "_dist_worker.py")
@@ -22,44 +20,10 @@ _spec.loader.exec_module(W)
 pytestmark = pytest.mark.distributed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launch(mode: str, out: pathlib.Path, world: int = 2, timeout_s: int = 5, wait: int = 90):
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "DILOCO_TEST_TIMEOUT": str(timeout_s),
-            "OMP_NUM_THREADS": "1",
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(HERE / "_dist_worker.py"), mode, str(out)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=wait)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail(f"distributed workers hung in mode {mode!r}")
-    return [p.returncode for p in procs], logs
+def _launch(mode: str, out: pathlib.Path, timeout_s: int = 5, wait: int = 90):
+    command = [sys.executable, str(HERE / "_dist_worker.py"), mode, str(out)]
+    run = launch_local(command, env={"DILOCO_TEST_TIMEOUT": str(timeout_s)}, timeout_s=wait)
+    return run.codes, run.logs
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ Subpackages (import them directly; nothing heavy is imported here):
 - :mod:`shared_core.kernels`: Triton kernels beside plain-torch references.
 - :mod:`shared_core.bench`: the benchmark harness.
 - :mod:`shared_core.experiment`: seeding, run folders, results, plots, progress bars.
+- :mod:`shared_core.testing`: a local ``torchrun``-style launcher for multi-process tests.
 """
 
 from importlib.metadata import PackageNotFoundError, version
