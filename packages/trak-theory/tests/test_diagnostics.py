@@ -6,6 +6,7 @@ from scipy import stats
 from sklearn.metrics import roc_auc_score
 
 from trak_theory.diagnostics import (
+    bootstrap_aucs,
     kendall,
     lds,
     lds_per_target,
@@ -78,3 +79,35 @@ def test_lds_per_target_averages_to_lds_and_paired_difference_by_hand():
     assert mean == pytest.approx(3.0) and se == pytest.approx(2.0 / np.sqrt(3.0))
     with pytest.raises(ValueError, match="at least 2"):
         paired_difference([1.0], [0.0])
+
+
+def test_bootstrap_auc_se_matches_monte_carlo():
+    # the bootstrap SE of one data set vs the spread of the AUC over fresh data sets
+    rng = np.random.default_rng(3)
+    n, n_pos = 173, 29
+    lab = np.zeros(n, bool)
+    lab[:n_pos] = True
+
+    def draw():
+        a = rng.normal(size=n) + lab * 1.0
+        b = 0.7 * a + 0.7 * rng.normal(size=n)  # a second, correlated scoring
+        return a, b
+
+    mc = np.array([[mislabel_auc(s, lab) for s in draw()] for _ in range(400)])
+    mc_diff_sd = (mc[:, 0] - mc[:, 1]).std(ddof=1)
+    ses, diff_ses = [], []
+    for i in range(6):
+        a, b = draw()
+        boot = bootstrap_aucs([a, b], lab, n_boot=400, seed=i)
+        assert boot.shape == (400, 2)
+        ses.append(boot[:, 0].std(ddof=1))
+        diff_ses.append((boot[:, 0] - boot[:, 1]).std(ddof=1))
+    assert np.mean(ses) == pytest.approx(mc[:, 0].std(ddof=1), rel=0.2)
+    assert np.mean(diff_ses) == pytest.approx(mc_diff_sd, rel=0.25)
+
+
+def test_bootstrap_auc_bad_input():
+    with pytest.raises(ValueError, match="length 4"):
+        bootstrap_aucs([np.ones(3)], np.array([True, False, True, False]))
+    with pytest.raises(ValueError, match="n_boot"):
+        bootstrap_aucs([np.arange(4.0)], np.array([True, False, True, False]), n_boot=1)

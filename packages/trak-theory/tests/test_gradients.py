@@ -61,3 +61,16 @@ def test_nan_gradients_and_empty_batches_are_refused(gen):
         per_example_grads(net, x[:0], torch.tensor([], dtype=torch.long))
     with pytest.raises(ValueError, match="examples"):
         per_example_grads(net, x[:3], torch.tensor([0, 1]))
+
+
+def test_all_finite_against_elementwise(gen):
+    from trak_theory.gradients import all_finite
+
+    for bad in (float("nan"), float("inf"), -float("inf"), None):
+        a = torch.randn(37, 53, generator=gen)
+        if bad is not None:
+            a[int(torch.randint(0, 37, (1,), generator=gen)), 11] = bad
+        assert all_finite(a) == bool(torch.isfinite(a).all())
+    big = torch.full((5, 7), 3e38)  # the sum overflows, yet every entry is finite
+    assert not bool(torch.isfinite(big.sum()))
+    assert all_finite(big)

@@ -146,3 +146,29 @@ def test_kernel_spec_example_runs_launcher_against_reference(gen):
     out = spec.launcher(*args).cpu().double()
     ref = spec.reference(*[a.cpu() if torch.is_tensor(a) else a for a in args]).double()
     assert float((out - ref).norm() / ref.norm()) < spec.rtol[torch.float32] * 10
+
+
+@pytest.mark.parametrize("kind", ["rademacher", "gaussian"])
+def test_cpu_hash_matches_int64_torch_hash(gen, kind):
+    # the numpy uint32 path against the int64 torch path, bit for bit
+    from trak_theory.kernels.sketch import (
+        _GAUSS_SALT,
+        _TWO_PI,
+        _hash_block_torch,
+        _mix_t,
+        seed_words,
+    )
+
+    for _ in range(3):
+        seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+        row0 = int(torch.randint(0, 2**31, (1,), generator=gen))
+        rows, k = (int(v) for v in torch.randint(1, 90, (2,), generator=gen))
+        h = _hash_block_torch(*seed_words(seed), row0, rows, k, "cpu")
+        if kind == "rademacher":
+            ref = (1 - 2 * (h >> 31)).to(torch.float32)
+        else:
+            u1 = ((h >> 8).to(torch.float32) + 0.5) * (2.0**-24)
+            u2 = (_mix_t(h ^ _GAUSS_SALT) >> 8).to(torch.float32) * (2.0**-24)
+            ref = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(_TWO_PI * u2)
+        got = sketch_block_reference(seed, row0, rows, k, kind)
+        assert torch.equal(got, ref)

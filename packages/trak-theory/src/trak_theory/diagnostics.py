@@ -18,6 +18,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
+    "bootstrap_aucs",
     "kendall",
     "lds",
     "lds_per_target",
@@ -98,6 +99,39 @@ def mislabel_auc(self_scores, is_mislabelled) -> float:
     """
     lab = np.asarray(is_mislabelled, bool).reshape(-1)
     return _auc(_vec(self_scores), lab)
+
+
+def bootstrap_aucs(score_sets, positive, n_boot: int = 500, seed: int = 0) -> np.ndarray:
+    r"""AUCs of several scorings on the same bootstrap resamples of the points, (n_boot, M).
+
+    Each resample draws the n points with replacement (rejecting draws without both classes);
+    every scoring is evaluated on the *same* draw, so the spread of a column is the standard
+    error of that AUC and the spread of a difference of columns is the standard error of the
+    paired difference (the scorings are correlated through the shared points).
+
+    Args:
+        score_sets: M score vectors of length n (high = more likely positive).
+        positive: (n,) boolean labels.
+        n_boot: number of resamples.
+        seed: resampling seed.
+    """
+    lab = np.asarray(positive, bool).reshape(-1)
+    sets = [_vec(s) for s in score_sets]
+    if not sets or any(s.size != lab.size for s in sets):
+        raise ValueError(f"need score vectors of length {lab.size}")
+    if n_boot < 2:
+        raise ValueError(f"n_boot must be >= 2, got {n_boot}")
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_boot, len(sets)))
+    b = 0
+    while b < n_boot:
+        idx = rng.integers(0, lab.size, lab.size)
+        pos = lab[idx]
+        if pos.all() or not pos.any():
+            continue
+        out[b] = [_auc(s[idx], pos) for s in sets]
+        b += 1
+    return out
 
 
 def per_target(fn, est, truth, **kw) -> np.ndarray:

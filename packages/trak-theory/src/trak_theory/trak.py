@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .gradients import (
+    all_finite,
     binary_margin,
     check_differentiable,
     margin,
@@ -180,7 +181,7 @@ class TRAK:
             xb, yb = self.x[sl], self.y[sl]
             phi, q = self._features_and_weights(xb, yb, proj)
             feats[sl] = phi.detach().cpu().numpy()
-            if not torch.isfinite(q).all():
+            if not all_finite(q):
                 raise ValueError(f"non-finite reweighting weights in block {b}")
             weights[sl] = q.detach().cpu().numpy()
             self.store.flush(model_id)

@@ -8,16 +8,20 @@ margin (:func:`trak_theory.diagnostics.lds`).
 
 Compared at every (k, number of models J): this package (seeded Rademacher sketch, default
 ridge from the effective dimension, ensemble = mean of per-model scores), the same with
-ridge 0, and traker 0.3.2 (its defaults: ridge 0, BasicProjector) on the *same* models and
-subsets. "Exact settings" check: our pipeline fed traker's projection matrix for each model,
-ridge 0 and traker's ensemble rule (:func:`trak_theory.scores.traker_scores`) must agree with
-traker's scores to 1e-3 (max abs difference relative to the largest score), at the k < n
+ridge 0, traker 0.3.2 (its defaults: ridge 0, BasicProjector) and dattri 0.3's
+``TRAKAttributor`` (its defaults: ridge 0, its Gaussian ``random_project``) on the *same*
+models and subsets. "Exact settings" check: our pipeline fed traker's projection matrix for
+each model, ridge 0 and traker's ensemble rule (:func:`trak_theory.scores.traker_scores`) must
+agree with traker's scores to 1e-3 (max abs difference relative to the largest score), at the k < n
 points where the Gram matrix is invertible.
 
 Verdict, from the per-target LDS difference d = ours - traker on the same targets and
 retrains, with its standard error SE over targets: ours is not significantly worse at any
 (k, J) (mean d >= -2 SE), significantly better where k > n and ridge 0 collapses
-(mean d > 2 SE), and the exact-settings agreement holds. The SE makes the rule honest at
+(mean d > 2 SE), and the exact-settings agreement holds. When dattri is installed, ours must
+also not be significantly worse than dattri (d = ours - dattri >= -2 SE) wherever dattri
+returns finite scores; where it does not (a singular Gram matrix at ridge 0), that is
+reported and not counted. The SE makes the rule honest at
 every scale: quick mode's 40 targets and 24 retrains leave LDS noise of a few hundredths.
 """
 
@@ -35,7 +39,7 @@ from ..diagnostics import lds_per_target, paired_difference
 from ..gradients import out_to_loss, per_example_grads
 from ..projector import MatrixProjector
 from ..scores import traker_scores
-from . import _traker
+from . import _dattri, _traker
 from ._digits import accuracy, load_split, make_mlp, margins_of, train_mlps
 
 SIGMAS = 2.0  # a difference counts when it exceeds this many standard errors
@@ -108,10 +112,17 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     metrics: dict[str, Any] = {**cfg, "test_accuracy_model0": accuracy(states[0], xt, yt)}
     table, verdicts = [], []
     have_traker = _traker.available()
+    have_dattri = _dattri.available()
     series: dict[str, tuple[list, list]] = {}
     for k in ks:
         next(it)
         trk = _traker.traker_scores_for(net, states, x, y, xt, yt, k, counts) if have_traker else {}
+        dtr: dict[int, Any] = {}
+        if have_dattri:
+            try:
+                dtr = _dattri.dattri_scores_for(net, states, x, y, xt, yt, k, counts)
+            except Exception as exc:  # a baseline that fails is reported, not fatal
+                dtr = {jj: f"failed: {type(exc).__name__}: {exc}"[:200] for jj in counts}
         for jj in counts:
             row: dict[str, Any] = {"k": k, "models": jj}
             per_auto = lds_per_target(
@@ -134,13 +145,23 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
                     diff = float(np.abs(ex - trk[jj]).max() / np.abs(trk[jj]).max())
                     row["exact-settings rel. max diff"] = diff
                     verdicts.append(diff <= 1e-3)
+            if have_dattri:
+                dsc = dtr[jj]
+                if isinstance(dsc, str) or not np.isfinite(dsc).all():
+                    row["dattri"] = dsc if isinstance(dsc, str) else "non-finite scores"
+                else:
+                    per_dat = lds_per_target(dsc, masks, outputs)
+                    row["dattri"] = float(np.nanmean(per_dat))
+                    diff, se = paired_difference(per_auto, per_dat)
+                    row["ours - dattri (SE)"] = f"{diff:+.4f} ({se:.4f})"
+                    verdicts.append(diff >= -SIGMAS * se)
             table.append(
                 {kk: (round(v, 4) if isinstance(v, float) else v) for kk, v in row.items()}
             )
             for key, val in row.items():
                 if key not in ("k", "models"):
                     metrics[f"k={k} J={jj} {key}"] = val
-                    if "LDS" not in key and "diff" not in key:
+                    if isinstance(val, float) and "diff" not in key:
                         xs, ys = series.setdefault(f"{key}, J={jj}", ([], []))
                         xs.append(float(k))
                         ys.append(val)
@@ -152,7 +173,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         ylabel="LDS",
         logx=True,
     )
-    holds = bool(verdicts) and all(verdicts)
+    holds = have_traker and bool(verdicts) and all(verdicts)  # the claim is judged vs traker
     cols = [
         "k",
         "models",
@@ -161,11 +182,14 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         "traker",
         "ours - traker (SE)",
         "exact-settings rel. max diff",
+        "dattri",
+        "ours - dattri (SE)",
     ]
     lines = [
         f"n={n} train, {m} targets, {cfg['subsets']} half-subset retrains; "
         f"test accuracy of model 0: {metrics['test_accuracy_model0']:.3f}.",
         "" if have_traker else "traker is not installed (extra `compare`): no comparison made.",
+        "" if have_dattri else "dattri is not installed (extra `compare`): not compared.",
         "| " + " | ".join(cols) + " |",
         "|" + "---|" * len(cols),
         *["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in table],
@@ -183,9 +207,10 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         plots=["lds_vs_k.png"],
         table=table,
         paper="P07",
-        measured="LDS ours vs traker at (k, models): "
+        measured="LDS ours vs traker / dattri at (k, models): "
         + "; ".join(
-            f"({r['k']}, {r['models']}): {r.get('ours (auto ridge)')} vs {r.get('traker', '-')}"
+            f"({r['k']}, {r['models']}): {r.get('ours (auto ridge)')} vs "
+            f"{r.get('traker', '-')} / {r.get('dattri', '-')}"
             for r in table
         ),
     )

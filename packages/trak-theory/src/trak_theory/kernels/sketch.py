@@ -18,7 +18,8 @@ independently (streaming over parameters), and the torch reference produces the 
 matrix: Rademacher entries bit for bit, Gaussian entries up to the last-ulp differences of
 ``log``/``cos`` between libraries.
 
-- :func:`sketch_block_reference`: rows ``[row0, row0 + rows)`` of S in torch (int64 hash);
+- :func:`sketch_block_reference`: rows ``[row0, row0 + rows)`` of S (CPU: numpy uint32 hash;
+  other devices: torch int64);
 - :func:`sketch_project_reference`: :math:`G S/\sqrt{k}` blockwise over rows (bounded memory);
 - :func:`sketch_block_triton`, :func:`sketch_project_triton`: the Triton launchers;
 - :func:`sketch_project`: the op ``trak_theory::sketch_project`` (CUDA: Triton, else torch).
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -95,10 +97,37 @@ def _check_dims(row0: int, rows: int, k: int) -> None:
         raise ValueError(f"sketch rows are indexed in 32 bits; row0 + rows = {row0 + rows}")
 
 
+def _mix_np(x: np.ndarray) -> np.ndarray:
+    # the same finaliser on uint32 arrays, in place: numpy's uint32 products wrap mod 2^32 and
+    # its shifts are logical, so this is the kernel's arithmetic at a quarter of the traffic of
+    # the int64 torch version
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(_C1)
+    x ^= x >> np.uint32(15)
+    x *= np.uint32(_C2)
+    x ^= x >> np.uint32(16)
+    return x
+
+
+def _hash_block_np(s1: int, s2: int, row0: int, rows: int, k: int) -> np.ndarray:
+    r = _mix_np(np.arange(row0, row0 + rows, dtype=np.uint64).astype(np.uint32) ^ np.uint32(s1))
+    c = _mix_np(np.arange(k, dtype=np.uint32) ^ np.uint32(s2))
+    return _mix_np(r[:, None] ^ c[None, :])
+
+
+def _hash_block_torch(s1: int, s2: int, row0: int, rows: int, k: int, device) -> Tensor:
+    r = torch.arange(row0, row0 + rows, dtype=torch.int64, device=device)
+    c = torch.arange(k, dtype=torch.int64, device=device)
+    return _mix_t(_mix_t(r ^ s1)[:, None] ^ _mix_t(c ^ s2)[None, :])
+
+
 def sketch_block_reference(
     seed: int, row0: int, rows: int, k: int, kind: str = "rademacher", device=None
 ) -> Tensor:
     """Rows ``row0 .. row0+rows-1`` of the unscaled sketch S (float32, entries of unit variance).
+
+    On the CPU the hash runs on numpy uint32 arrays (in place); elsewhere on int64 tensors
+    masked to 32 bits. Both are the kernel's integer arithmetic, so the bits agree.
 
     Example:
         >>> s = sketch_block_reference(7, 0, 3, 5)
@@ -108,9 +137,21 @@ def sketch_block_reference(
     kid = _kind_id(kind)
     _check_dims(row0, rows, k)
     s1, s2 = seed_words(seed)
-    r = torch.arange(row0, row0 + rows, dtype=torch.int64, device=device)
-    c = torch.arange(k, dtype=torch.int64, device=device)
-    h = _mix_t(_mix_t(r ^ s1)[:, None] ^ _mix_t(c ^ s2)[None, :])
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    if on_cpu:
+        h = _hash_block_np(s1, s2, row0, rows, k)
+        if kid == 0:
+            out = (h >> np.uint32(31)).astype(np.float32)
+            out *= -2.0
+            out += 1.0
+            return torch.from_numpy(out)
+        h2 = _mix_np(h ^ np.uint32(_GAUSS_SALT))
+        h >>= np.uint32(8)
+        h2 >>= np.uint32(8)
+        u1 = (torch.from_numpy(h.astype(np.float32)) + 0.5) * (2.0**-24)
+        u2 = torch.from_numpy(h2.astype(np.float32)) * (2.0**-24)
+        return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(_TWO_PI * u2)
+    h = _hash_block_torch(s1, s2, row0, rows, k, device)
     if kid == 0:
         return (1 - 2 * (h >> 31)).to(torch.float32)
     u1 = ((h >> 8).to(torch.float32) + 0.5) * (2.0**-24)
