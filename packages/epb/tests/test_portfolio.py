@@ -94,3 +94,22 @@ def test_kl_per_state_against_direct_formula():
         for s in range(4)
     ]
     assert torch.allclose(kl_per_state(t, q, mask), torch.tensor(ref), atol=1e-6)
+
+
+def test_router_penalty_is_the_l2_norm_of_its_weights_and_shrinks_them():
+    bank = small_bank(6, 11, seed=7)
+    norms = {}
+    for wd in (0.0, 0.05):
+        torch.manual_seed(2)
+        port = Portfolio(
+            [compile_program(p, f"p{i}") for i, p in enumerate(PROGS)], weight_decay=wd
+        )
+        mats = [port.router.net[0].weight, port.router.net[2].weight]
+        ref = wd * sum(float((m.detach().double() ** 2).sum()) for m in mats)
+        assert math.isclose(float(port.penalty().detach()), ref, rel_tol=1e-5, abs_tol=1e-12)
+        kl = port.fit(bank, steps=120)
+        # fit reports the KL alone, not KL + penalty
+        assert math.isclose(kl, port.loss(bank).item(), rel_tol=1e-6)
+        norms[wd] = sum(float((m.detach() ** 2).sum()) for m in mats)
+        assert port.clone_with(port.programs).weight_decay == wd
+    assert norms[0.05] < norms[0.0]

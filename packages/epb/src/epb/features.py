@@ -23,7 +23,18 @@ name                      meaning
 ``remaining``             ``(R, 1)`` remaining capacity fraction (TSP: ones)
 ``progress``              ``(R, 1)`` step index divided by the number of nodes
 ``left``                  ``(R, 1)`` fraction of nodes (customers) still unvisited
+``saving``                ``d_cur_first + d_first - d_cur``: the Clarke--Wright saving of
+                          linking the current node to each node (0 at the depot / start)
+``cw_link``               CVRP: 1 where the edge (current node, node) is used by the
+                          Clarke--Wright savings solution of the instance (from the depot: the
+                          ends of its routes), else 0; TSP: zeros
+``cw_route``              CVRP: 1 where the node is on the same savings route as the current
+                          customer (0 everywhere at the depot); TSP: zeros
 ========================  ===================================================================
+
+``saving``, ``cw_link`` and ``cw_route`` make the savings construction a primitive a program
+can call (see :mod:`epb.localsearch`); the offline search offers them for CVRP only
+(:data:`CVRP_NODE_FEATURES`).
 
 Example:
     >>> import torch
@@ -58,12 +69,23 @@ FEATURES = (
     "remaining",
     "progress",
     "left",
+    "saving",
+    "cw_link",
+    "cw_route",
 )
 
-#: Features that vary across nodes (the rest are per-state constants).
+#: Savings-construction features (meaningful for CVRP only).
+SAVINGS_FEATURES = ("saving", "cw_link", "cw_route")
+
+#: Features that vary across nodes (the rest are per-state constants); the TSP search vocabulary.
 NODE_FEATURES = tuple(
-    f for f in FEATURES if f not in ("d_cur_first", "remaining", "progress", "left")
+    f
+    for f in FEATURES
+    if f not in ("d_cur_first", "remaining", "progress", "left", *SAVINGS_FEATURES)
 )
+
+#: The CVRP search vocabulary: the node features plus the savings-construction primitives.
+CVRP_NODE_FEATURES = NODE_FEATURES + SAVINGS_FEATURES
 
 ROUTER_FEATURES = (
     "progress",
@@ -109,6 +131,15 @@ def node_features(st: RolloutState) -> dict[str, Tensor]:
     rank = masked.argsort(-1).argsort(-1).to(d_cur.dtype)
     demand = st.inst.demand if st.inst.demand is not None else torch.zeros_like(d_cur)
     left = unv.sum(-1, keepdim=True).to(d_cur.dtype) / (n - 1 if st.inst.kind == "cvrp" else n)
+    if st.inst.kind == "cvrp":
+        from .localsearch import savings_structure
+
+        link, rid = savings_structure(st.inst)
+        cw_link = link[rows, st.current].to(d_cur.dtype)
+        cur_r = rid.gather(1, st.current[:, None])
+        cw_route = ((rid == cur_r) & (cur_r >= 0)).to(d_cur.dtype)
+    else:
+        cw_link = cw_route = torch.zeros_like(d_cur)
     return {
         "d_cur": d_cur,
         "d_first": d_first,
@@ -126,6 +157,9 @@ def node_features(st: RolloutState) -> dict[str, Tensor]:
         "remaining": st.remaining[:, None].to(d_cur.dtype),
         "progress": torch.full((r, 1), st.t / n, dtype=d_cur.dtype),
         "left": left,
+        "saving": d_cf + d_first - d_cur,
+        "cw_link": cw_link,
+        "cw_route": cw_route,
     }
 
 

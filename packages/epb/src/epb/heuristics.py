@@ -24,8 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 from torch import Tensor
 
@@ -81,8 +79,9 @@ def insertion(inst: Instances, rule: str = "farthest") -> Tensor:
     return d[rows[:, None], torch.arange(n)[None], succ].sum(1)
 
 
-def cvrp_nearest_neighbour(inst: Instances) -> Tensor:
-    """CVRP nearest neighbour: the closest customer that fits, else back to the depot."""
+def cvrp_nearest_neighbour(inst: Instances, return_actions: bool = False):
+    """CVRP nearest neighbour: the closest customer that fits, else back to the depot (lengths
+    ``(B,)``; with ``return_actions`` also the node sequences ``(B, T)``)."""
     from .rollout import rollout
 
     def step(st):
@@ -94,50 +93,20 @@ def cvrp_nearest_neighbour(inst: Instances) -> Tensor:
         s[:, 0] = torch.where(cust.any(1), torch.full_like(s[:, 0], -1e9), s[:, 0])
         return s
 
-    return rollout(step, inst).lengths
+    res = rollout(step, inst)
+    return (res.lengths, res.actions) if return_actions else res.lengths
 
 
 def savings(inst: Instances) -> Tensor:
     """Clarke--Wright parallel savings route lengths ``(B,)`` for CVRP (merge routes end to end
-    in decreasing order of :math:`s_{ij} = d_{0i} + d_{0j} - d_{ij}` while capacity allows)."""
+    in decreasing order of :math:`s_{ij} = d_{0i} + d_{0j} - d_{ij}` while capacity allows; the
+    construction itself is :func:`epb.localsearch.savings_routes`)."""
+    from .localsearch import savings_routes, solution_length
+
     out = []
-    for b in range(inst.size):
-        d = inst.dist()[b] if inst.size == 1 else torch.cdist(inst.coords[b], inst.coords[b])
-        dem = inst.demand[b].tolist()
-        n = inst.n
-        route_of = {i: i for i in range(1, n)}
-        routes = {i: [i] for i in range(1, n)}
-        load = {i: dem[i] for i in range(1, n)}
-        s = d[0][:, None] + d[0][None, :] - d
-        iu = torch.triu_indices(n - 1, n - 1, 1) + 1
-        vals = s[iu[0], iu[1]]
-        order = vals.argsort(descending=True).tolist()
-        for k in order:
-            i, j = int(iu[0, k]), int(iu[1, k])
-            ri, rj = route_of[i], route_of[j]
-            if ri == rj or load[ri] + load[rj] > 1.0 + 1e-6:
-                continue
-            a, c = routes[ri], routes[rj]
-            if a[-1] == i and c[0] == j:
-                new = a + c
-            elif a[0] == i and c[-1] == j:
-                new = c + a
-            elif a[0] == i and c[0] == j:
-                new = a[::-1] + c
-            elif a[-1] == i and c[-1] == j:
-                new = a + c[::-1]
-            else:
-                continue
-            routes[ri] = new
-            load[ri] += load[rj]
-            del routes[rj], load[rj]
-            for v in new:
-                route_of[v] = ri
-        total = 0.0
-        for r in routes.values():
-            total += float(d[0, r[0]] + d[r[-1], 0])
-            total += sum(float(d[u, v]) for u, v in itertools.pairwise(r))
-        out.append(total)
+    for b, routes in enumerate(savings_routes(inst)):
+        c = inst.coords[b].double()
+        out.append(solution_length(routes, torch.cdist(c, c).numpy()))
     return torch.tensor(out, dtype=inst.coords.dtype)
 
 
@@ -149,4 +118,11 @@ STEP_RULES = {
     "cheapest insertion (at the open end)": lambda f: -f["detour"],
     "farthest from depot/first": lambda f: f["d_first"],
     "savings": lambda f: f["d_cur_first"] + f["d_depot"] - f["d_cur"],
+}
+
+# CVRP-only step rules (used for reading CVRP portfolios)
+CVRP_STEP_RULES = {
+    "Clarke-Wright routes (follow a savings link, nearest first)": lambda f: (
+        10.0 * f["cw_link"] - f["d_cur"]
+    ),
 }

@@ -4,8 +4,9 @@ heuristic each program resembles.
 * :func:`stage_weights` — mean router weight of each program over the early / middle / late
   thirds of an episode (by step index).
 * :func:`resemblance` — for each program, the fraction of states where its greedy choice equals
-  that of each classic step rule of :data:`epb.heuristics.STEP_RULES` (agreement with reference
-  implementations, on the same states and feasibility mask).
+  that of each classic step rule of :data:`epb.heuristics.STEP_RULES` (for CVRP also
+  :data:`epb.heuristics.CVRP_STEP_RULES`; agreement with reference implementations, on the same
+  states and feasibility mask).
 * :func:`describe` — the portfolio printed as code, each program headed by its role.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .heuristics import STEP_RULES
+from .heuristics import CVRP_STEP_RULES, STEP_RULES
 from .portfolio import NEG, Portfolio, StateBank
 
 STAGES = ("early", "middle", "late")
@@ -37,7 +38,9 @@ def stage_weights(port: Portfolio, bank: StateBank) -> dict[str, list[float]]:
 
 def rule_choices(bank: StateBank, rules=None) -> dict[str, torch.Tensor]:
     """Greedy choice ``(S,)`` of each classic step rule on the bank's states."""
-    rules = rules or STEP_RULES
+    if rules is None:
+        cvrp = bool((bank.feats["demand"] != 0).any())
+        rules = {**STEP_RULES, **CVRP_STEP_RULES} if cvrp else STEP_RULES
     return {
         name: f(bank.feats).expand_as(bank.mask).masked_fill(~bank.mask, NEG).argmax(-1)
         for name, f in rules.items()

@@ -113,7 +113,9 @@ def collect_states(
         if rows.kind == "cvrp":
             st = st.step(first)
         total = st.expected_steps() if rows.kind == "tsp" else None
-        banks = []
+        banks, row_ids, steps = [], [], []
+        n_rows = len(st.current)
+        length = torch.zeros(n_rows)  # decisions each row takes (its own episode length)
         while not st.done():
             lp = t_step(st)
             feats = node_features(st)
@@ -124,12 +126,18 @@ def collect_states(
             denom = total or (2 * (rows.n - 1))
             stage = torch.full((len(mask),), min(st.t / denom, 0.999))
             bank = StateBank(feats, router_features(feats, mask), mask, lp, stage)
-            banks.append(bank.index(live.nonzero().squeeze(-1)))
+            idx = live.nonzero().squeeze(-1)
+            banks.append(bank.index(idx))
+            row_ids.append(idx)
+            steps.append(torch.full((len(idx),), float(st.t)))
+            length[idx] += 1
             a = lp.argmax(-1) if actor is None else actor(st).masked_fill(~mask, -1e30).argmax(-1)
             st = st.step(a)
     bank = StateBank.cat(banks)
-    if rows.kind == "cvrp":  # stage by the step within the row's own episode length
-        bank.stage = bank.stage.clamp(max=0.999)
+    if rows.kind == "cvrp":  # stage: the step's position within the row's own episode
+        rid, t = torch.cat(row_ids), torch.cat(steps)
+        t0 = t - t.min()  # CVRP rows start after the forced first customer
+        bank.stage = (t0 / length[rid].clamp_min(1)).clamp(0, 0.999)
     return bank
 
 
@@ -199,10 +207,17 @@ class Portfolio(nn.Module):
         programs: the bank. hidden: router width.
     """
 
-    def __init__(self, programs: list[Program], hidden: int = 32, n_router_in: int | None = None):
+    def __init__(
+        self,
+        programs: list[Program],
+        hidden: int = 32,
+        n_router_in: int | None = None,
+        weight_decay: float = 1e-3,
+    ):
         super().__init__()
         from .features import ROUTER_FEATURES
 
+        self.weight_decay = weight_decay
         self.programs = list(programs)
         k = len(self.programs)
         self.log_beta = nn.Parameter(torch.full((k,), math.log(10.0)))
@@ -241,12 +256,25 @@ class Portfolio(nn.Module):
     def loss(self, bank: StateBank, scores: Tensor | None = None) -> Tensor:
         return kl_per_state(bank.teacher_logp, self.log_probs(bank, scores), bank.mask).mean()
 
+    def penalty(self) -> Tensor:
+        """``weight_decay`` times the squared norm of the router's weight matrices."""
+        w = [p for n, p in self.router.named_parameters() if n.endswith("weight")]
+        return self.weight_decay * sum((p * p).sum() for p in w)
+
     def fit(self, bank: StateBank, steps: int = 200, lr: float = 0.03, reset: bool = True):
-        """Fit router and temperatures by Adam on the KL; returns the final KL."""
+        """Fit router and temperatures by Adam on the KL plus the router's L2 penalty
+        :meth:`penalty` (without it the router overfits small state banks: more steps lower the
+        training KL and raise the validation KL, which would make every refit in the EPB loop
+        look worse on validation); returns the final KL (without the penalty)."""
         if reset:
             self.router.set_stats(bank.router_in)
         scores = self.program_scores(bank)
-        adam_minimise(list(self.parameters()), lambda: self.loss(bank, scores), steps, lr)
+
+        def objective():
+            loss = self.loss(bank, scores)
+            return loss + self.penalty() if self.weight_decay else loss
+
+        adam_minimise(list(self.parameters()), objective, steps, lr)
         with torch.no_grad():
             return float(self.loss(bank, scores))
 
@@ -280,7 +308,12 @@ class Portfolio(nn.Module):
     def clone_with(self, programs: list[Program]) -> Portfolio:
         """A new portfolio over ``programs`` (same width); temperatures of kept programs carry
         over, the router is re-initialised."""
-        new = Portfolio(programs, self.router.net[0].out_features, self.router.net[0].in_features)
+        new = Portfolio(
+            programs,
+            self.router.net[0].out_features,
+            self.router.net[0].in_features,
+            self.weight_decay,
+        )
         with torch.no_grad():
             for i, p in enumerate(programs):
                 if p in self.programs:

@@ -66,7 +66,10 @@ class Instances:
     def repeat(self, p: int) -> Instances:
         """Each instance repeated ``p`` times consecutively (row ``r`` is instance ``r // p``)."""
         d = None if self.demand is None else self.demand.repeat_interleave(p, 0)
-        return Instances(self.coords.repeat_interleave(p, 0), d)
+        out = Instances(self.coords.repeat_interleave(p, 0), d)
+        # per-instance caches (e.g. epb.localsearch.savings_structure) are derived from the parent
+        object.__setattr__(out, "_repeat_of", (self, p))
+        return out
 
 
 def random_tsp(batch: int, n: int, generator: torch.Generator | None = None) -> Instances:

@@ -96,26 +96,42 @@ def multistart(
     inst: Instances,
     p: int | None = None,
     chunk: int = 256,
-) -> Tensor:
+    return_actions: bool = False,
+):
     """Best-of-``P`` greedy tour lengths ``(B,)``; ``bind(instances, repeats)`` builds the step
-    function (e.g. ``policy.bind``)."""
+    function (e.g. ``policy.bind``). With ``return_actions`` also the best rollout's actions of
+    each instance (a list of ``B`` 1-d tensors; CVRP: the node sequence, depot visits as 0)."""
     starts = start_nodes(inst, p)
     pp = len(starts)
-    best = []
+    best, acts = [], []
     for lo in range(0, inst.size, chunk):
         part = inst.index(slice(lo, lo + chunk))
         rows = part.repeat(pp)
         with torch.no_grad():
             res = rollout(bind(part, pp), rows, starts.repeat(part.size))
-        best.append(res.lengths.view(part.size, pp).min(1).values)
-    return torch.cat(best)
+        lv, li = res.lengths.view(part.size, pp).min(1)
+        best.append(lv)
+        if return_actions:
+            a = res.actions.view(part.size, pp, -1)
+            acts += [a[b, int(li[b])] for b in range(part.size)]
+    lengths = torch.cat(best)
+    return (lengths, acts) if return_actions else lengths
 
 
-def greedy(bind: Callable[[Instances, int], StepFn], inst: Instances, chunk: int = 512) -> Tensor:
-    """Single-start greedy lengths ``(B,)`` (TSP from node 0; CVRP: policy picks every node)."""
-    out = []
+def greedy(
+    bind: Callable[[Instances, int], StepFn],
+    inst: Instances,
+    chunk: int = 512,
+    return_actions: bool = False,
+):
+    """Single-start greedy lengths ``(B,)`` (TSP from node 0; CVRP: policy picks every node);
+    with ``return_actions`` also each instance's actions (as in :func:`multistart`)."""
+    out, acts = [], []
     for lo in range(0, inst.size, chunk):
         part = inst.index(slice(lo, lo + chunk))
         with torch.no_grad():
-            out.append(rollout(bind(part, 1), part).lengths)
-    return torch.cat(out)
+            res = rollout(bind(part, 1), part)
+        out.append(res.lengths)
+        acts += list(res.actions)
+    lengths = torch.cat(out)
+    return (lengths, acts) if return_actions else lengths

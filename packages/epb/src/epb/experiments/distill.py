@@ -9,6 +9,7 @@ import torch
 from shared_core.experiment import line_plot, progress
 
 from ..evolve import evolve
+from ..features import CVRP_NODE_FEATURES, NODE_FEATURES
 from ..interpret import STAGES, describe, resemblance, stage_weights, teacher_agreement_by_stage
 from ..portfolio import NEG, Portfolio, collect_states, program_rollout
 from ..problems import random_instances
@@ -23,14 +24,21 @@ TSP_SEEDS = {
 }
 CVRP_SEEDS = {
     "nearest": Expr([Term(-1.0, "id", "d_cur")]),
-    "savings": Expr([Term(1.0, "id", "d_depot"), Term(-1.0, "id", "d_cur")]),
+    "savings": Expr([Term(1.0, "id", "saving")]),
     "big_demand": Expr([Term(1.0, "id", "demand"), Term(-0.2, "id", "d_cur")]),
+    # the Clarke-Wright construction as a step rule: follow its routes, nearest first
+    "clarke_wright": Expr([Term(1.0, "id", "cw_link"), Term(-1.0, "id", "d_cur")]),
 }
 
 
 def seed_portfolio(kind: str) -> Portfolio:
     seeds = TSP_SEEDS if kind == "tsp" else CVRP_SEEDS
     return Portfolio([compile_program(e.render(), name, expr=e) for name, e in seeds.items()])
+
+
+def vocabulary(kind: str) -> tuple[str, ...]:
+    """Node features the offline search may use (CVRP adds the savings primitives)."""
+    return NODE_FEATURES if kind == "tsp" else CVRP_NODE_FEATURES
 
 
 def gap(lengths: torch.Tensor, ref: torch.Tensor) -> float:
@@ -57,7 +65,7 @@ def distil(
     t0 = time.perf_counter()
     train = collect_states(teacher, random_instances(kind, train_inst, n, g), starts=train_starts)
     val = collect_states(teacher, random_instances(kind, val_inst, n, g), starts=train_starts)
-    proposer = ExpressionProposer(seed=seed, candidates=candidates)
+    proposer = ExpressionProposer(seed=seed, candidates=candidates, features=vocabulary(kind))
     port, hist = evolve(
         seed_portfolio(kind),
         train,
@@ -70,19 +78,46 @@ def distil(
     return port, hist, val, time.perf_counter() - t0
 
 
-def evaluate(kind, teacher, port, inst, ref, classics: dict, chunk: int, desc: str):
-    """Gaps (percent) of teacher, portfolio, every single program and the classics."""
+def evaluate(
+    kind,
+    teacher,
+    port,
+    inst,
+    ref,
+    classics: dict,
+    chunk: int,
+    desc: str,
+    ls_classics: dict | None = None,
+):
+    """Gaps (percent) of teacher, portfolio, every single program and the classics.
+
+    With ``ls_classics`` (CVRP; ``{name: inst -> list of routes}``) every solution of the
+    teacher, the portfolio (greedy and the best of the multi-start rollouts) and those
+    classics is also improved by the same :func:`epb.localsearch.improve`, one call per
+    instance, giving the ``"... + LS"`` rows."""
+    from ..localsearch import improve_batch, routes_from_actions
+
     rows = {}
-    bar = progress(total=5 + port.k + len(classics), desc=desc)
+    ls = ls_classics is not None
+    bar = progress(total=5 + port.k + len(classics) + (len(ls_classics) if ls else 0), desc=desc)
 
     def tick(name, val):
         rows[name] = val
         bar.update(1)
 
-    tick("teacher greedy", gap(greedy(teacher.bind, inst), ref))
-    tick("teacher multi-start", gap(multistart(teacher.bind, inst, chunk=chunk), ref))
-    tick("portfolio greedy", gap(greedy(port.bind, inst), ref))
-    tick("portfolio multi-start", gap(multistart(port.bind, inst, chunk=chunk), ref))
+    def run(name, fn, bind):
+        out = fn(bind, inst, chunk=chunk, return_actions=ls) if ls else fn(bind, inst, chunk=chunk)
+        if ls:
+            lengths, acts = out
+            sols = [routes_from_actions(a) for a in acts]
+            rows[f"{name} + LS"] = gap(improve_batch(inst, sols), ref)
+            out = lengths
+        tick(name, gap(out, ref))
+
+    run("teacher greedy", greedy, teacher.bind)
+    run("teacher multi-start", multistart, teacher.bind)
+    run("portfolio greedy", greedy, port.bind)
+    run("portfolio multi-start", multistart, port.bind)
     singles = {}
     for p in port.programs:  # every program greedy; the best one also multi-start
         step = program_rollout(p)
@@ -97,6 +132,8 @@ def evaluate(kind, teacher, port, inst, ref, classics: dict, chunk: int, desc: s
     )
     for name, fn in classics.items():
         tick(name, gap(fn(inst), ref))
+    for name, fn in (ls_classics or {}).items():
+        tick(f"{name} + LS", gap(improve_batch(inst, fn(inst)), ref))
     bar.close()
     return rows, singles, best
 
