@@ -10,10 +10,12 @@ import torch
 from diloco_ef import (
     LA,
     QSGD,
+    AbsmaxQuant,
     DiLoCo,
     Identity,
     Int8Absmax,
     RandomK,
+    ScaledSign,
     TopK,
     local_step_size,
     local_step_size_schedule,
@@ -194,8 +196,16 @@ def test_randomk_shares_coordinates_across_workers():
 
 @pytest.mark.parametrize(
     "comp",
-    [None, TopK(ratio=0.2), RandomK(ratio=0.2), QSGD(bits=2, contractive=True), Int8Absmax()],
-    ids=["plain", "topk", "randomk", "qsgd", "int8"],
+    [
+        None,
+        TopK(ratio=0.2),
+        RandomK(ratio=0.2),
+        QSGD(bits=2, contractive=True),
+        Int8Absmax(),
+        AbsmaxQuant(bits=3),
+        ScaledSign(),
+    ],
+    ids=["plain", "topk", "randomk", "qsgd", "int8", "absmax-3b", "sign"],
 )
 def test_checkpoint_round_trip_mid_run(comp):
     kw = {

@@ -7,10 +7,12 @@ import torch
 
 from diloco_ef.compressors import (
     QSGD,
+    AbsmaxQuant,
     ApproxTopK,
     Identity,
     Int8Absmax,
     RandomK,
+    ScaledSign,
     TopK,
     contraction,
     index_bits,
@@ -243,3 +245,78 @@ def test_contraction_reference():
     assert contraction(torch.zeros(2), torch.zeros(2)) == 1.0
     with pytest.raises(ValueError, match="shapes differ"):
         contraction(x, torch.zeros(3))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 8])
+def test_absmax_quant_against_float64_reference(gen, bits):
+    d = 389
+    x = torch.randn(d, generator=gen)
+    x[5] = 0.0
+    c = AbsmaxQuant(bits=bits)
+    p = c.compress(x)
+    s = 2 ** (bits - 1) - 1
+    assert c.levels == s and c.bits_sent(p) == d * bits + 32
+    q = p.sent["q"]
+    assert q.dtype == torch.int8 and int(q.abs().max()) == s  # the largest entry hits +-s
+    xd = x.double()
+    scale = xd.abs().max() / s
+    # Brute force: the nearest of the 2s + 1 levels, by distance to every level.
+    grid = torch.arange(-s, s + 1, dtype=torch.float64) * scale
+    nearest = grid[(xd[:, None] - grid[None, :]).abs().argmin(dim=1)]
+    out = c.decompress(p).double()
+    torch.testing.assert_close(out, nearest, rtol=1e-6, atol=1e-7)
+    err = (out - xd).abs()
+    assert bool((err <= torch.minimum(scale / 2, xd.abs()) * (1 + 1e-5) + 1e-7).all())
+    a = contraction(x, c(x))
+    sq = float(xd.pow(2).sum())
+    lower = max(float(xd.abs().max()) ** 2 / sq, 1 - d * float(scale) ** 2 / 4 / sq)
+    assert lower - 1e-6 <= a < 1
+    assert out[5] == 0 and torch.equal(c(torch.zeros(4)), torch.zeros(4))
+
+
+def test_absmax_quant_8_bits_is_int8_absmax(gen):
+    x = torch.randn(3, 101, generator=gen)
+    assert torch.equal(AbsmaxQuant(bits=8)(x), Int8Absmax()(x))
+    p8, pi = AbsmaxQuant(bits=8).compress(x), Int8Absmax().compress(x)
+    assert torch.equal(p8.sent["q"], pi.sent["q"])
+    assert AbsmaxQuant(bits=8).bits_sent(p8) == Int8Absmax().bits_sent(pi)
+
+
+@pytest.mark.parametrize("bits", [0, 1, 9, 2.0, True])
+def test_absmax_quant_rejects_bad_bits(bits):
+    with pytest.raises(ValueError, match="bits"):
+        AbsmaxQuant(bits=bits)
+
+
+def test_scaled_sign_against_reference_and_closed_form_alpha(gen):
+    d = 257
+    x = torch.randn(d, generator=gen, dtype=torch.float64)
+    x[7] = 0.0  # a zero is sent as +scale (one bit cannot say 0)
+    c = ScaledSign()
+    p = c.compress(x)
+    assert c.bits_sent(p) == d + 64  # d sign bits and a float64 scale
+    m = sum(abs(v) for v in x.tolist()) / d
+    ref = torch.tensor([m if v >= 0 else -m for v in x.tolist()], dtype=torch.float64)
+    out = c.decompress(p)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=0)
+    l1, l2 = float(x.abs().sum()), float(x.pow(2).sum())
+    assert contraction(x, out) == pytest.approx(l1**2 / (d * l2), rel=1e-10)
+    # The scale minimises the error over all multiples of the sign vector.
+    sign = ref / m
+
+    def err(t):
+        return float((t * sign - x).pow(2).sum())
+
+    assert err(m) < err(m * 1.01) and err(m) < err(m * 0.99)
+    assert torch.equal(c(torch.zeros(6, dtype=torch.float64)), torch.zeros(6, dtype=torch.float64))
+    with pytest.raises(ValueError, match="floating"):
+        c.compress(torch.ones(3, dtype=torch.int64))
+
+
+def test_scaled_sign_alpha_extremes():
+    c = ScaledSign()
+    flat = torch.tensor([2.0, -2.0, 2.0, -2.0])  # equal magnitudes: lossless
+    assert torch.equal(c(flat), flat) and contraction(flat, c(flat)) == 1.0
+    spike = torch.zeros(64)
+    spike[3] = 1.0  # one nonzero entry: alpha = 1/d
+    assert contraction(spike, c(spike)) == pytest.approx(1 / 64)

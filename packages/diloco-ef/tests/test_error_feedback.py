@@ -5,7 +5,18 @@ import copy
 import pytest
 import torch
 
-from diloco_ef import EFSGD, QSGD, ApproxTopK, ErrorFeedback, Identity, Int8Absmax, RandomK, TopK
+from diloco_ef import (
+    EFSGD,
+    QSGD,
+    AbsmaxQuant,
+    ApproxTopK,
+    ErrorFeedback,
+    Identity,
+    Int8Absmax,
+    RandomK,
+    ScaledSign,
+    TopK,
+)
 
 
 @pytest.mark.parametrize(
@@ -23,7 +34,11 @@ def test_ef_identity_is_exact_for_sparsifiers(gen, comp):
         assert torch.equal(sent.tensor + ef.errors["w"], old + u)
 
 
-@pytest.mark.parametrize("comp", [QSGD(bits=2), Int8Absmax()], ids=["qsgd", "int8"])
+@pytest.mark.parametrize(
+    "comp",
+    [QSGD(bits=2), Int8Absmax(), AbsmaxQuant(bits=3), ScaledSign()],
+    ids=["qsgd", "int8", "absmax-3b", "sign"],
+)
 def test_ef_identity_for_quantizers_within_one_rounding(gen, comp):
     ef = ErrorFeedback(comp)
     eps = torch.finfo(torch.float64).eps / 2  # unit roundoff

@@ -39,6 +39,12 @@ def test_bytes_follow_the_bit_accounting(tmp_path):
     per_round = sum(max(1, round(0.1 * n)) * 32 for n in tensors)
     assert ef["bytes"] == 2 * rounds * per_round / 8
     assert 0 < ef["mean_alpha"] < 1 and dense["mean_alpha"] == 1.0
+    # 1-bit signs and 3-bit levels per coordinate, plus one float32 scale per tensor
+    sign = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "sign")
+    assert sign["bytes"] == 2 * rounds * (sum(tensors) + 32 * len(tensors)) / 8
+    q3 = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "absmax", "--bits", "3")
+    assert q3["bytes"] == 2 * rounds * (3 * sum(tensors) + 32 * len(tensors)) / 8
+    assert 0 < sign["mean_alpha"] < 1 and 0 < q3["mean_alpha"] < 1
 
 
 def test_training_reduces_the_held_out_loss(tmp_path):
@@ -52,12 +58,20 @@ def test_bad_arguments_are_refused():
         T.parse_args(["--steps", "30", "--inner-steps", "8", "--algo", "diloco"])
     with pytest.raises(SystemExit):
         T.parse_args(["--ratio", "0"])
+    for bits in ("1", "9"):
+        with pytest.raises(SystemExit):
+            T.parse_args(["--compressor", "absmax", "--bits", bits])
 
 
 @pytest.mark.distributed
 @pytest.mark.slow  # two interpreter start-ups; the gloo engine itself is covered by default
-def test_two_torchrun_style_processes_match_the_simulation(tmp_path):
-    args = [*SMALL, "--algo", "diloco-ef", "--compressor", "topk", "--ratio", "0.2"]
+@pytest.mark.parametrize(
+    "comp",
+    [["topk", "--ratio", "0.2"], ["sign"], ["absmax", "--bits", "3"]],
+    ids=["topk", "sign", "absmax-3b"],
+)
+def test_two_torchrun_style_processes_match_the_simulation(tmp_path, comp):
+    args = [*SMALL, "--algo", "diloco-ef", "--compressor", *comp]
     port, procs = _free_port(), []
     out = tmp_path / "dist.json"
     for rank in range(2):
@@ -88,7 +102,7 @@ def test_two_torchrun_style_processes_match_the_simulation(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], logs
     assert "final_loss=" in logs[0] and "bytes=" in logs[0]
     got = json.loads(out.read_text())
-    sim = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "topk", "--ratio", "0.2")
+    sim = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", *comp)
     assert got["distributed"] and got["backend"] == "gloo" and got["world_size"] == 2
     assert got["bytes"] == sim["bytes"]
     assert got["final_loss"] == pytest.approx(sim["final_loss"], rel=1e-5)

@@ -15,6 +15,8 @@ Closed forms the tests check:
   x_i^2 / \|x\|^2 \ge k/d`.
 - Random-k (unscaled) keeps :math:`k` coordinates drawn uniformly without replacement:
   :math:`\mathbb{E}\,\alpha = k/d`. Scaled by :math:`d/k` it is unbiased instead.
+- Scaled sign sends :math:`\frac{\|x\|_1}{d}\,\mathrm{sign}(x)`: :math:`\alpha =
+  \|x\|_1^2 / (d\|x\|_2^2)` exactly (deterministic).
 - QSGD with :math:`s` levels rounds :math:`r_i = s|x_i|/\|x\|` up with probability
   :math:`f_i = r_i - \lfloor r_i \rfloor`; it is unbiased and
   :math:`\mathbb{E}\|Q(x) - x\|^2 = (\|x\|/s)^2 \sum_i f_i (1 - f_i)`.
@@ -45,12 +47,14 @@ from .kernels.threshold import threshold_select
 
 __all__ = [
     "QSGD",
+    "AbsmaxQuant",
     "ApproxTopK",
     "Compressor",
     "Identity",
     "Int8Absmax",
     "Payload",
     "RandomK",
+    "ScaledSign",
     "TopK",
     "contraction",
     "index_bits",
@@ -497,3 +501,91 @@ class Int8Absmax(Compressor):
 
     def bits_sent(self, payload: Payload) -> int:
         return payload.numel * 8 + _value_bits(payload.dtype)
+
+
+class AbsmaxQuant(Compressor):
+    r"""Deterministic b-bit quantization with an absmax scale (the b-bit sibling of int8).
+
+    With :math:`s = 2^{b-1} - 1` levels on each side, :math:`\sigma = \max_i |x_i| / s`,
+    :math:`q_i = \mathrm{round}(x_i/\sigma) \in [-s, s]` and :math:`C(x) = \sigma q`. Biased.
+    Each coordinate's error is at most :math:`\min(\sigma/2, |x_i|)` (0 is a level) and the
+    largest entry is sent exactly, so :math:`\alpha \ge \max\big(\max_i x_i^2/\|x\|^2,\ 1 -
+    d\sigma^2/(4\|x\|^2)\big) \ge 1/d`: contractive, as error feedback needs. Traffic: b bits
+    per coordinate (a sign and :math:`b - 1` magnitude bits) and one scale. ``bits=8`` equals
+    :class:`Int8Absmax`.
+
+    The rounding is the op ``diloco_ef::int8_quantize`` (Triton on CUDA) at scale
+    :math:`\sigma`; :math:`|x_i|/\sigma \le s` makes its clamp at 127 inactive.
+
+    Args:
+        bits: 2 <= b <= 8.
+
+    Example:
+        >>> c = AbsmaxQuant(bits=3)  # levels -3..3
+        >>> c(torch.tensor([3.0, -1.2, 0.4]))
+        tensor([ 3., -1.,  0.])
+        >>> c.bits_sent(c.compress(torch.ones(10)))  # 10 x 3 bits + a float32 scale
+        62
+    """
+
+    def __init__(self, bits: int):
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 8:
+            raise ValueError(f"bits must be an integer in [2, 8], got {bits!r}")
+        self.bits = bits
+
+    @property
+    def levels(self) -> int:
+        return 2 ** (self.bits - 1) - 1
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        s = self.levels
+        scale = flat.abs().max() / s if flat.numel() else flat.new_zeros(())
+        if float(scale) == 0.0:
+            q = torch.zeros(flat.numel(), dtype=torch.int8, device=flat.device)
+        else:
+            q = int8_quantize(flat, float(scale)).clamp_(-s, s)
+        return Payload({"q": q, "scale": scale.reshape(1).clone()}, x.shape, x.dtype)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        out = payload.sent["q"].to(payload.dtype) * payload.sent["scale"]
+        return out.reshape(payload.shape)
+
+    def bits_sent(self, payload: Payload) -> int:
+        return payload.numel * self.bits + _value_bits(payload.dtype)
+
+
+class ScaledSign(Compressor):
+    r"""1-bit compression: the signs and one scale, :math:`C(x) = \frac{\|x\|_1}{d}\,\sigma(x)`.
+
+    :math:`\sigma_i = +1` for :math:`x_i \ge 0` and :math:`-1` otherwise (one bit each). The
+    scale :math:`m = \|x\|_1/d` minimises :math:`\|m\sigma - x\|^2` over :math:`m`, and since
+    :math:`\sigma_i x_i = |x_i|`, :math:`\|C(x) - x\|^2 = \|x\|^2 - d m^2`, i.e.
+
+    .. math:: \alpha = \frac{\|x\|_1^2}{d\,\|x\|_2^2} \in [1/d, 1],
+
+    deterministic and contractive (the compressor of EF-signSGD). Traffic: d bits and one
+    scale; the payload carries the signs as uint8 0/1 (the count is what a packed bitmap sends).
+
+    Example:
+        >>> c = ScaledSign()
+        >>> c(torch.tensor([3.0, -1.0, 0.0, 4.0]))
+        tensor([ 2., -2.,  2.,  2.])
+        >>> c.bits_sent(c.compress(torch.ones(10)))  # 10 bits + a float32 scale
+        42
+    """
+
+    def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload:
+        _check_float(x)
+        flat = x.detach().reshape(-1)
+        scale = flat.abs().mean() if flat.numel() else flat.new_zeros(())
+        signs = (flat >= 0).to(torch.uint8)
+        return Payload({"signs": signs, "scale": scale.reshape(1).clone()}, x.shape, x.dtype)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        pm = payload.sent["signs"].to(payload.dtype).mul_(2.0).sub_(1.0)
+        return (pm * payload.sent["scale"]).reshape(payload.shape)
+
+    def bits_sent(self, payload: Payload) -> int:
+        return payload.numel + _value_bits(payload.dtype)

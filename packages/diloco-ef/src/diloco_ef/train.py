@@ -42,12 +42,21 @@ from torch import Tensor, nn
 from ._rng import derive_seed
 from .algorithms import DiLoCo
 from .comm import LocalCommunicator, TorchDistCommunicator, init_distributed
-from .compressors import QSGD, ApproxTopK, Compressor, Int8Absmax, RandomK, TopK
+from .compressors import (
+    QSGD,
+    AbsmaxQuant,
+    ApproxTopK,
+    Compressor,
+    Int8Absmax,
+    RandomK,
+    ScaledSign,
+    TopK,
+)
 
 __all__ = ["main", "make_compressor", "make_task", "parse_args", "train"]
 
 ALGOS = ("ddp", "diloco", "diloco-ef")
-COMPRESSORS = ("topk", "approx-topk", "randomk", "qsgd", "int8")
+COMPRESSORS = ("topk", "approx-topk", "randomk", "qsgd", "int8", "absmax", "sign")
 NOISE = 0.1
 
 
@@ -56,7 +65,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--algo", choices=ALGOS, default="diloco-ef")
     p.add_argument("--compressor", choices=COMPRESSORS, default="topk")
     p.add_argument("--ratio", type=float, default=0.01, help="kept fraction (top-k, random-k)")
-    p.add_argument("--bits", type=int, default=2, help="QSGD magnitude bits")
+    p.add_argument("--bits", type=int, default=2, help="QSGD magnitude bits; absmax bits (2-8)")
     p.add_argument("--steps", type=int, default=256, help="inner steps per worker")
     p.add_argument("--inner-steps", type=int, default=16, help="H for diloco / diloco-ef")
     p.add_argument("--lr", type=float, default=0.05, help="ddp step size")
@@ -81,6 +90,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(f"--steps ({a.steps}) must be a multiple of --inner-steps ({a.inner_steps})")
     if not 0 < a.ratio <= 1:
         p.error(f"--ratio must lie in (0, 1], got {a.ratio}")
+    if a.compressor == "absmax" and not 2 <= a.bits <= 8:
+        p.error(f"--bits must lie in [2, 8] for absmax, got {a.bits}")
     return a
 
 
@@ -94,6 +105,8 @@ def make_compressor(args: argparse.Namespace) -> Compressor | None:
         "randomk": lambda: RandomK(ratio=args.ratio),
         "qsgd": lambda: QSGD(bits=args.bits, contractive=True),
         "int8": lambda: Int8Absmax(),
+        "absmax": lambda: AbsmaxQuant(bits=args.bits),
+        "sign": lambda: ScaledSign(),
     }[args.compressor]()
 
 
