@@ -19,14 +19,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from shared_core.experiment import progress, seed_everything
+from shared_core.experiment import line_plot, progress, seed_everything
 
 from ..optim import AdaptiveLMO
 from ..routing import scan_module
 
-__all__ = ["OPTIMIZERS", "Combined", "SweepResult", "build_optimizer", "sweep", "verdict"]
+__all__ = [
+    "EXTRA_OPTIMIZERS",
+    "OPTIMIZERS",
+    "Combined",
+    "PairedComparison",
+    "SweepResult",
+    "build_optimizer",
+    "grid_edges",
+    "paired_log_ratio",
+    "sweep",
+    "t_quantile",
+    "verdict",
+]
 
 OPTIMIZERS = ("AdamW", "Muon", "SGD", "AdaptiveLMO")
+EXTRA_OPTIMIZERS = ("Adam", "MuAdam")  # used by teacher-student
 TOL_LOSS = 0.02  # relative
 TOL_ACC = 0.005  # absolute (0.5 percentage points)
 ADAMW_SIDE_LR = 3e-3  # AdamW lr of the non-matrix parameters under Muon and AdaptiveLMO
@@ -47,38 +60,71 @@ class Combined:
             o.step()
 
 
-def build_optimizer(name: str, model: nn.Module, lr: float, **kw: Any) -> Any:
-    """One of :data:`OPTIMIZERS` on ``model`` with matrix learning rate ``lr``.
+def build_optimizer(
+    name: str,
+    model: nn.Module,
+    lr: float,
+    *,
+    head: str | bool | None = True,
+    exponent: str | float = "auto",
+    exponents: dict[str, float] | None = None,
+    update_every: int = 10,
+) -> Any:
+    """One of :data:`OPTIMIZERS` or :data:`EXTRA_OPTIMIZERS` on ``model``, matrix lr ``lr``.
 
-    Muon and AdaptiveLMO route parameters the same way (:func:`adaptive_lmo.routing.scan_module`)
-    and give the rest AdamW at ``ADAMW_SIDE_LR``; both use Muon's momentum 0.95 (Nesterov) and
-    its "original" shape factor. AdaptiveLMO re-chooses each layer's exponent every
-    ``update_every`` (default 10) steps.
+    Muon, MuAdam and AdaptiveLMO route parameters the same way
+    (:func:`adaptive_lmo.routing.scan_module` with ``head``) and give the rest AdamW at
+    ``ADAMW_SIDE_LR``; Muon and AdaptiveLMO use Muon's momentum 0.95 (Nesterov) and its
+    "original" shape factor. AdaptiveLMO re-chooses each layer's exponent every
+    ``update_every`` steps (``exponent="auto"``) or keeps ``exponent`` fixed; ``exponents``
+    (matrix-parameter name -> fixed exponent) fixes a different exponent per layer. "Adam" is
+    ``torch.optim.Adam`` on everything; "MuAdam" is AdaptiveLMO with Adam preconditioning at
+    a = 0 (momentum 0.9, beta2 0.999), the polar factor of Adam's direction.
     """
     if name == "AdamW":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    if name == "Adam":
+        return torch.optim.Adam(model.parameters(), lr=lr)
     if name == "SGD":
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    infos = scan_module(model)
+    infos = scan_module(model, head=head)
     mats = [i.param for i in infos if i.algorithm == "lmo"]
     rest = [i.param for i in infos if i.algorithm == "adamw"]
+    common = {"adjust_lr_fn": "original", "adamw_lr": ADAMW_SIDE_LR}
     if name == "Muon":
         flat_ok = all(p.ndim == 2 for p in mats)
         if not flat_ok:
             raise ValueError("torch.optim.Muon needs 2-D matrices")
         side = torch.optim.AdamW(rest, lr=ADAMW_SIDE_LR, weight_decay=0.0) if rest else None
         return Combined(torch.optim.Muon(mats, lr=lr, weight_decay=0.0), side)
+    if name == "MuAdam":
+        return AdaptiveLMO(
+            model, lr=lr, momentum=0.9, precondition="adam", exponent=0.0, head=head, **common
+        )
+    if name == "AdaptiveLMO" and exponents is not None:
+        names = {i.name for i in infos if i.algorithm == "lmo"}
+        unknown = set(exponents) - names
+        if unknown:
+            raise ValueError(f"exponents name unknown matrix parameters {sorted(unknown)}")
+        groups: list[dict[str, Any]] = [
+            {"params": [i.param], "algorithm": "lmo", "exponent": float(exponents[i.name])}
+            for i in infos
+            if i.algorithm == "lmo"
+        ]
+        if rest:
+            groups.append({"params": rest, "algorithm": "adamw"})
+        return AdaptiveLMO(groups, lr=lr, momentum=0.95, **common)
     if name == "AdaptiveLMO":
         return AdaptiveLMO(
             model,
             lr=lr,
             momentum=0.95,
-            adjust_lr_fn="original",
-            adamw_lr=ADAMW_SIDE_LR,
-            update_every=kw.get("update_every", 10),
-            exponent=kw.get("exponent", "auto"),
+            update_every=update_every,
+            exponent=exponent,
+            head=head,
+            **common,
         )
-    raise ValueError(f"unknown optimizer {name!r}; valid: {OPTIMIZERS}")
+    raise ValueError(f"unknown optimizer {name!r}; valid: {OPTIMIZERS + EXTRA_OPTIMIZERS}")
 
 
 @dataclass
@@ -180,6 +226,131 @@ def table_rows(res: SweepResult, metric: str) -> list[dict[str, Any]]:
         }
         for o in res.runs
     ]
+
+
+def sweep_metrics(res: SweepResult, metric: str) -> dict[str, Any]:
+    """``test_<metric>_mean[opt]``, ``test_<metric>_std[opt]`` and ``best_lr[opt]`` entries."""
+    return {
+        **{f"test_{metric}_mean[{o}]": v for o, v in res.test_mean.items()},
+        **{f"test_{metric}_std[{o}]": v for o, v in res.test_std.items()},
+        **{f"best_lr[{o}]": v for o, v in res.best_lr.items()},
+    }
+
+
+def grid_edges(res: SweepResult, grids: dict[str, list[float]]) -> list[str]:
+    """Optimizers whose selected lr is the smallest or largest point of a grid of >= 2 points
+    (their optimum may lie outside the grid)."""
+    out = []
+    for o, lr in res.best_lr.items():
+        g = sorted(grids[o])
+        if len(g) >= 2 and lr in (g[0], g[-1]):
+            out.append(f"{o} ({'bottom' if lr == g[0] else 'top'} of its grid)")
+    return out
+
+
+def final_exponents(runs: list[RunOutput]) -> dict[str, float]:
+    """Each layer's last recorded exponent, averaged over the runs (seeds)."""
+    layers = sorted(runs[0].exponents)
+    return {n: statistics.fmean(r.exponents[n][-1] for r in runs) for n in layers}
+
+
+def plot_exponents(
+    path: Any, run: RunOutput, steps: int, title: str, record_every: int = 10
+) -> None:
+    """Plot one run's per-layer exponent against the step (as recorded by :func:`train_loop`)."""
+    layers = sorted(run.exponents)
+    if not layers:
+        return
+    n_pts = len(run.exponents[layers[0]])
+    axis = [min(i * record_every, steps - 1) for i in range(n_pts)]
+    line_plot(
+        path,
+        {name: (axis, run.exponents[name]) for name in layers},
+        title=title,
+        xlabel="step",
+        ylabel="a (0: Muon, 1: SGD)",
+    )
+
+
+def t_quantile(q: float, df: int) -> float:
+    """Quantile ``q`` in (0.5, 1) of Student's t with ``df`` degrees of freedom.
+
+    Computed from the density by Simpson integration and bisection (no SciPy dependency);
+    accurate to about 1e-6 for df >= 1 and q <= 0.999.
+    """
+    if not 0.5 < q < 1.0 or df < 1:
+        raise ValueError(f"need 0.5 < q < 1 and df >= 1, got q={q}, df={df}")
+    logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def pdf(x: float) -> float:
+        return math.exp(logc - (df + 1) / 2 * math.log1p(x * x / df))
+
+    def cdf_upper(x: float) -> float:  # P(0 <= T <= x), x >= 0, on a sqrt-stretched grid
+        n = 2000
+        # substitute x = u^2 to resolve the peak at 0 and the slow tail alike
+        hu = math.sqrt(x) / n
+        tot = 0.0
+        for k in range(n + 1):
+            u = k * hu
+            w = 1 if k in (0, n) else (4 if k % 2 else 2)
+            tot += w * pdf(u * u) * 2 * u
+        return tot * hu / 3
+
+    target = q - 0.5
+    lo, hi = 0.0, 1.0
+    while cdf_upper(hi) < target:
+        hi *= 2
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if cdf_upper(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+@dataclass
+class PairedComparison:
+    """Per-seed log ratio ``log(candidate / baseline)`` of test losses, its mean and 95% CI."""
+
+    baseline: str
+    per_seed: list[float]
+    mean: float
+    lo: float
+    hi: float
+
+    @property
+    def significantly_lower(self) -> bool:
+        """The candidate's loss is lower: the whole 95% interval is below 0."""
+        return self.hi < 0
+
+
+def paired_log_ratio(res: SweepResult, cand: str, base: str) -> PairedComparison:
+    """Paired comparison of two optimizers' test losses at their selected lrs.
+
+    Seed ``s`` of both runs shares the initialisation, the data order (and, where the
+    experiment draws one problem per seed, the problem), so the differences of log losses are
+    paired; the interval is the two-sided 95% Student-t interval of their mean. A diverged run
+    gives +inf (candidate) or -inf (baseline), so the interval cannot favour it.
+    """
+    a = [r.test for r in res.runs[cand][res.best_lr[cand]]]
+    b = [r.test for r in res.runs[base][res.best_lr[base]]]
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError("a paired comparison needs the same number (>= 2) of seeds on both sides")
+    diffs = []
+    for x, y in zip(a, b, strict=True):
+        if not math.isfinite(x):
+            diffs.append(math.inf)
+        elif not math.isfinite(y):
+            diffs.append(-math.inf)
+        else:
+            diffs.append(math.log(x) - math.log(y))
+    if not all(math.isfinite(d) for d in diffs):
+        # a divergence decides the bounds: +inf anywhere means "not lower"
+        return PairedComparison(base, diffs, statistics.fmean(diffs), min(diffs), max(diffs))
+    m = statistics.fmean(diffs)
+    half = t_quantile(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return PairedComparison(base, diffs, m, m - half, m + half)
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> list[str]:

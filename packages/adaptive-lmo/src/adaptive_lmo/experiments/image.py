@@ -12,16 +12,25 @@ accuracy over seeds, test accuracy reported (mean, std).
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared_core.experiment import ExperimentResult, RunContext, line_plot, run_experiment
+from shared_core.experiment import ExperimentResult, RunContext, run_experiment
 
-from ._common import default_grids, markdown_table, sweep, table_rows, train_loop, verdict
+from ._common import (
+    default_grids,
+    final_exponents,
+    markdown_table,
+    plot_exponents,
+    sweep,
+    sweep_metrics,
+    table_rows,
+    train_loop,
+    verdict,
+)
 
 
 def load(seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -78,22 +87,16 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     holds, best_base, best_val = verdict(res)
     lr_a = res.best_lr["AdaptiveLMO"]
     runs_a = res.runs["AdaptiveLMO"][lr_a]
-    layers = sorted(runs_a[0].exponents)
-    n_pts = len(runs_a[0].exponents[layers[0]])
-    steps_axis = [min(i * 10, cfg["steps"] - 1) for i in range(n_pts)]
-    line_plot(
+    plot_exponents(
         ctx.path("exponents.png"),
-        {name: (steps_axis, runs_a[0].exponents[name]) for name in layers},
-        title="AdaptiveLMO per-layer exponent on digits, seed 0",
-        xlabel="step",
-        ylabel="a",
+        runs_a[0],
+        cfg["steps"],
+        "AdaptiveLMO per-layer exponent on digits, seed 0",
     )
-    final_exp = {n: statistics.fmean(r.exponents[n][-1] for r in runs_a) for n in layers}
+    final_exp = final_exponents(runs_a)
     rows = table_rows(res, "acc")
     metrics: dict[str, Any] = {
-        **{f"test_acc_mean[{o}]": v for o, v in res.test_mean.items()},
-        **{f"test_acc_std[{o}]": v for o, v in res.test_std.items()},
-        **{f"best_lr[{o}]": v for o, v in res.best_lr.items()},
+        **sweep_metrics(res, "acc"),
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
         "better_baseline": best_base,
         "gap_to_better_baseline": res.test_mean["AdaptiveLMO"] - best_val,
