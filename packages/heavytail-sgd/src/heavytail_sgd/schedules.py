@@ -3,24 +3,32 @@ r"""Step sizes from the heavy-tail analysis, and the rates they give.
 Notation: :math:`T` steps (horizon), :math:`t = 1, 2, \dots` the step count, :math:`p \in (1, 2]`
 with :math:`E\|\xi\|_*^p \le \sigma^p` for the gradient noise :math:`\xi`, :math:`L` the
 smoothness constant, :math:`D` a distance scale (:math:`D^2/2 \ge B_\psi(x^\star, x_1)`, the
-Bregman distance from the start to a minimiser; :math:`\|x_1 - x^\star\|` in the Euclidean case)
-and :math:`\Delta \ge F(x_1) - \inf F` the initial gap.
+Bregman distance from the start to a minimiser; :math:`\|x_1 - x^\star\|` in the Euclidean case),
+:math:`\Delta \ge F(x_1) - \inf F` the initial gap and, for the nonconvex forms, :math:`G \ge
+\sup_x \|\nabla F(x)\|` a bound on the gradient.
 
 * convex, horizon: :math:`\eta = \min(\frac{1}{2L}, \frac{D}{\sigma T^{1/p}})`, giving
   :math:`E F(\bar x_T) - F^\star = O(LD^2/T + \sigma D\,T^{(1-p)/p})` for the uniform average.
 * convex, anytime: :math:`\eta_t = \min(\frac{1}{2L}, \frac{D}{\sigma t^{1/p}})`, the same order
   for the :math:`\eta_t`-weighted average.
-* nonconvex, horizon: :math:`\eta = \min(\frac{1}{2L}, \frac{\sqrt{\Delta/L}}{\sigma T^{1/p}})`,
-  giving :math:`\min_t \|\nabla F(x_t)\| = O(\sqrt{L\Delta/T}
-  + (L\Delta)^{1/4}\sigma^{1/2}\,T^{(1-p)/(2p)})`.
-* nonconvex, anytime: the same with :math:`t` in place of :math:`T`.
+* nonconvex, horizon: with :math:`H = 2^{3-2p}L^{p-1}G^{2-p}` (:func:`holder_constant`),
+  :math:`\eta = \min(\frac{1}{2L}, \frac{(\Delta/(HT))^{1/p}}{\sigma})`, giving the explicit
+  bound (derived in the package README, "nonconvex SGD")
 
-Why :math:`T^{1/p}`: the largest of :math:`T` noise draws is of order :math:`\sigma T^{1/p}`
-(Markov on :math:`\|\xi\|^p`), so below that level a heavy tail behaves like a variance of
-:math:`\sigma^p(\sigma T^{1/p})^{2-p} = \sigma^2 T^{(2-p)/p}`; putting that "effective
-variance" into the finite-variance step sizes gives the forms above. The package README
-spells out the derivation. :math:`L` is optional for the convex forms (``None``: nonsmooth
-analysis, no cap).
+  .. math:: \min_{t\le T} E\|\nabla F(x_t)\| \le \Big(\frac1T\sum_{t=1}^T E\|\nabla F(x_t)\|^2
+     \Big)^{1/2} \le \Big(\frac{8L\Delta}{T} + 4\sigma H^{1/p}\Delta^{(p-1)/p}T^{(1-p)/p}
+     \Big)^{1/2},
+
+  i.e. the exponent :math:`(1-p)/(2p)` of :math:`T` for the gradient norm.
+* nonconvex, anytime: the same with :math:`t` in place of :math:`T`; the same order up to a
+  :math:`\sqrt{\log T}` factor, for the :math:`\eta_t`-weighted average of the squared norms.
+
+Why :math:`T^{1/p}` and the interpolation constant :math:`H`: the second-order remainder
+:math:`F(y) - F(x) - \langle\nabla F(x), y - x\rangle` is at most :math:`\frac L2\|y-x\|^2` and
+at most :math:`2G\|y-x\|`, hence at most :math:`H\|y-x\|^p`; only the :math:`p`-th moment of the
+noise then enters, and balancing :math:`\Delta/(\eta T)` against :math:`H\eta^{p-1}\sigma^p`
+gives the step. :math:`L` is optional for the convex forms (``None``: nonsmooth analysis, no
+cap).
 
 Example:
     >>> eta = convex_smd_horizon(T=1000, p=1.5, sigma=2.0, D=1.0)
@@ -44,6 +52,7 @@ __all__ = [
     "convex_rate_exponent",
     "convex_smd_anytime",
     "convex_smd_horizon",
+    "holder_constant",
     "nonconvex_rate",
     "nonconvex_rate_exponent",
     "nonconvex_sgd_anytime",
@@ -142,31 +151,63 @@ def convex_smd_anytime(p: float, sigma: float, D: float, L: float | None = None)
     return StepSchedule(base=D / sigma, power=1 / p, cap=_cap(L))
 
 
-def nonconvex_sgd_horizon(T: int, p: float, sigma: float, delta: float, L: float) -> StepSchedule:
-    r"""Constant SGD step for nonconvex :math:`L`-smooth :math:`F` and a known horizon.
+def holder_constant(p: float, L: float, G: float) -> float:
+    r"""The constant :math:`H = 2^{3-2p}L^{p-1}G^{2-p}` of the remainder bound.
 
-    .. math:: \eta = \min\Big(\frac{1}{2L}, \frac{\sqrt{\Delta/L}}{\sigma T^{1/p}}\Big)
+    For :math:`L`-smooth :math:`F` with :math:`\|\nabla F\| \le G` everywhere,
+    :math:`F(y) - F(x) - \langle\nabla F(x), y-x\rangle \le \min(\frac L2 s^2, 2Gs) \le H s^p`
+    with :math:`s = \|y - x\|` (interpolate the two bounds with weights :math:`p-1` and
+    :math:`2-p`). At :math:`p = 2` it is :math:`L/2` and :math:`G` drops out.
 
-    Rate (min over iterates of the gradient norm):
-    :math:`O(\sqrt{L\Delta/T} + (L\Delta)^{1/4}\sigma^{1/2}T^{(1-p)/(2p)})`.
+    Args:
+        p: moment order in (1, 2]; L: smoothness; G: gradient bound. Constants positive.
+
+    Returns:
+        :math:`H`.
+    """
+    p = check_p(p)
+    L, G = _pos("L", L), _pos("G", G)
+    return 2 ** (3 - 2 * p) * L ** (p - 1) * G ** (2 - p)
+
+
+def nonconvex_sgd_horizon(
+    T: int, p: float, sigma: float, delta: float, L: float, G: float
+) -> StepSchedule:
+    r"""Constant SGD step for nonconvex :math:`L`-smooth, :math:`G`-Lipschitz :math:`F`.
+
+    .. math:: \eta = \min\Big(\frac{1}{2L}, \frac{(\Delta/(HT))^{1/p}}{\sigma}\Big),
+       \qquad H = 2^{3-2p}L^{p-1}G^{2-p}.
+
+    The uncapped branch makes the two terms :math:`2\Delta/(\eta T)` and
+    :math:`2H\eta^{p-1}\sigma^p` of the bound on :math:`\frac1T\sum_t E\|\nabla F(x_t)\|^2`
+    equal. Rate: see :func:`nonconvex_rate` (exponent :math:`(1-p)/(2p)` for the gradient
+    norm). At :math:`p = 2` this is the classical :math:`\sqrt{2\Delta/(LT)}/\sigma`.
 
     Args:
         T: horizon; p: moment order in (1, 2]; sigma: noise bound; delta: initial gap;
-        L: smoothness. All constants positive.
+        L: smoothness; G: bound on the gradient norm. All constants positive.
 
     Returns:
         A constant :class:`StepSchedule`.
     """
     T, p = _horizon(T), check_p(p)
-    sigma, delta, L = _pos("sigma", sigma), _pos("delta", delta), _pos("L", L)
-    return StepSchedule(base=math.sqrt(delta / L) / (sigma * T ** (1 / p)), cap=_cap(L))
+    sigma, delta = _pos("sigma", sigma), _pos("delta", delta)
+    H = holder_constant(p, L, G)
+    return StepSchedule(base=(delta / (H * T)) ** (1 / p) / sigma, cap=_cap(L))
 
 
-def nonconvex_sgd_anytime(p: float, sigma: float, delta: float, L: float) -> StepSchedule:
-    r"""Anytime nonconvex step :math:`\eta_t = \min(1/(2L), \sqrt{\Delta/L}/(\sigma t^{1/p}))`."""
+def nonconvex_sgd_anytime(p: float, sigma: float, delta: float, L: float, G: float) -> StepSchedule:
+    r"""Anytime step :math:`\eta_t = \min(1/(2L), (\Delta/(Ht))^{1/p}/\sigma)`.
+
+    Summing the one-step inequality with :math:`\eta_t` gives
+    :math:`\sum_t \eta_t E\|\nabla F_t\|^2 \le 2\Delta + 2H\sigma^p\sum_t\eta_t^p`, and
+    :math:`\sum_t \eta_t^p = O(\log T)` for this schedule: the horizon rate up to a
+    :math:`\sqrt{\log T}` factor, for the :math:`\eta_t`-weighted average.
+    """
     p = check_p(p)
-    sigma, delta, L = _pos("sigma", sigma), _pos("delta", delta), _pos("L", L)
-    return StepSchedule(base=math.sqrt(delta / L) / sigma, power=1 / p, cap=_cap(L))
+    sigma, delta = _pos("sigma", sigma), _pos("delta", delta)
+    H = holder_constant(p, L, G)
+    return StepSchedule(base=(delta / H) ** (1 / p) / sigma, power=1 / p, cap=_cap(L))
 
 
 def convex_rate_exponent(p: float) -> float:
@@ -176,7 +217,12 @@ def convex_rate_exponent(p: float) -> float:
 
 
 def nonconvex_rate_exponent(p: float) -> float:
-    r"""The exponent :math:`(1-p)/(2p)` of :math:`T` in the nonconvex gradient-norm rate."""
+    r"""The exponent :math:`(1-p)/(2p)` of :math:`T` in the nonconvex gradient-norm rate.
+
+    Unmodified SGD with :func:`nonconvex_sgd_horizon`; slower than the
+    :math:`(1-p)/(3p-2)` of clipped or normalized methods for :math:`p < 2`, equal at
+    :math:`p = 2`.
+    """
     p = check_p(p)
     return (1 - p) / (2 * p)
 
@@ -189,11 +235,19 @@ def convex_rate(T: int, p: float, sigma: float, D: float, L: float | None = None
     return smooth + sigma * D * T ** ((1 - p) / p)
 
 
-def nonconvex_rate(T: int, p: float, sigma: float, delta: float, L: float) -> float:
-    r"""The nonconvex bound's shape :math:`\sqrt{L\Delta/T} + (L\Delta)^{1/4}\sigma^{1/2}
-    T^{(1-p)/(2p)}` (constants dropped)."""
+def nonconvex_rate(T: int, p: float, sigma: float, delta: float, L: float, G: float) -> float:
+    r"""The explicit nonconvex bound for the step :func:`nonconvex_sgd_horizon`.
+
+    .. math:: \Big(\frac{8L\Delta}{T} + 4\sigma H^{1/p}\Delta^{(p-1)/p}T^{(1-p)/p}\Big)^{1/2}
+       \ \ge\ \Big(\frac1T\sum_{t=1}^T E\|\nabla F(x_t)\|^2\Big)^{1/2}
+       \ \ge\ \min_{t\le T} E\|\nabla F(x_t)\|,
+
+    constants included (they are the derivation's, not tuned), with
+    :math:`H` = :func:`holder_constant`. Its exponent in :math:`T` tends to
+    :math:`(1-p)/(2p)`.
+    """
     T, p = _horizon(T), check_p(p)
-    sigma, delta, L = _pos("sigma", sigma), _pos("delta", delta), _pos("L", L)
-    return math.sqrt(L * delta / T) + (L * delta) ** 0.25 * math.sqrt(sigma) * T ** (
-        (1 - p) / (2 * p)
-    )
+    sigma, delta = _pos("sigma", sigma), _pos("delta", delta)
+    H = holder_constant(p, L, G)
+    sq = 8 * L * delta / T + 4 * sigma * H ** (1 / p) * delta ** ((p - 1) / p) * T ** ((1 - p) / p)
+    return math.sqrt(sq)
