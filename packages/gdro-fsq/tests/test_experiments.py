@@ -53,3 +53,28 @@ def test_registered_as_headline_experiment():
     eps = {ep.name: ep.value for ep in entry_points(group="frontier_opt.experiments")}
     assert eps["gdro-fsq.synthetic"] == "gdro_fsq.experiments.synthetic"
     assert callable(syn.main) and torch.is_tensor(torch.zeros(1))
+
+
+def test_real_data_split_and_group_accuracy():
+    pytest.importorskip("sklearn")
+    from gdro_fsq.experiments import real
+
+    train, test = real.load_digits_parity(seed=3)
+    assert train.n_groups == test.n_groups == 10
+    assert train.X.shape[0] + test.X.shape[0] == 1797
+    assert float(train.X.norm(dim=1).max()) <= 1 + 1e-12
+    for part in (train, test):
+        counts = torch.bincount(part.groups, minlength=10)
+        assert int(counts.min()) > 0
+        # the label is the parity of the group (the digit)
+        assert torch.equal(part.y, (part.groups % 2).to(part.y.dtype) * 2 - 1)
+    ratio = torch.bincount(test.groups, minlength=10) / torch.bincount(train.groups, minlength=10)
+    assert bool(((ratio > 0.45) & (ratio < 0.55)).all())  # a 2:1 split inside every group
+    gen = torch.Generator().manual_seed(0)
+    theta = torch.randn(train.dim, generator=gen, dtype=torch.float64)
+    acc = real.group_accuracy(test, theta)
+    for i in range(10):
+        rows_i = test.groups == i
+        pred = [1.0 if float(x @ theta) > 0 else -1.0 for x in test.X[rows_i]]
+        brute = sum(p == float(t) for p, t in zip(pred, test.y[rows_i], strict=True)) / len(pred)
+        assert float(acc[i]) == pytest.approx(brute, abs=1e-12)

@@ -32,25 +32,35 @@ def _softmax(v):
     return [x / sum(e) for x in e]
 
 
-def test_full_information_two_rounds_by_hand():
+@pytest.mark.parametrize("update", ["ftrl-prox", "ftrl", "sgd"])
+def test_full_information_two_rounds_by_hand(update):
     w = torch.tensor([0.5], requires_grad=True)
     c_theta, c_q = 0.4, 0.5
-    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q)
+    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q, theta_update=update)
     a, cc = A.tolist(), C.tolist()
-    # round 1: q uniform, all groups, pi = 1
+    # round 1: q uniform, all groups, pi = 1, kappa = 1, K_1 = 1
     l1 = [a[i] * 0.5 + cc[i] for i in range(3)]
     got1 = opt.round(_ToySampler(), 3)
     torch.testing.assert_close(got1, torch.tensor(l1))
     g1 = sum(ai / 3 for ai in a)
-    w2 = 0.5 - c_theta / math.sqrt(2) * g1
+    # anchored FTRL steps c / sqrt(K_1 + 16); the others start with a plain step c / sqrt(K_1)
+    step1 = c_theta / math.sqrt(17) if update == "ftrl" else c_theta
+    w2 = 0.5 - step1 * g1
     assert w.item() == pytest.approx(w2, abs=1e-14)
-    # round 2: V_2 = 2, eta_2 = c_q sqrt(log 3 / 2), q_2 = softmax(-eta_2 (1 - l1))
+    # round 2: V_2 = 2, eta_2 = c_q sqrt(log 3 / 2) (below the cap 1 of r = m rounds),
+    # q_2 = softmax(eta_2 l1)
     eta2 = c_q * math.sqrt(math.log(3) / 2)
-    q2 = _softmax([-eta2 * (1 - x) for x in l1])
+    q2 = _softmax([eta2 * x for x in l1])
     opt.round(_ToySampler(), 3)
     torch.testing.assert_close(opt.q, torch.tensor(q2))
     g2 = sum(q2[i] * a[i] for i in range(3))
-    w3 = 0.5 - c_theta / math.sqrt(3) * (g1 + g2)
+    if update == "ftrl":
+        w3 = 0.5 - c_theta / math.sqrt(18) * (g1 + g2)
+    elif update == "sgd":
+        w3 = w2 - c_theta / math.sqrt(2) * g2
+    else:  # regulariser (1/c)|w - w1|^2/2 + ((sqrt2 - 1)/c)|w - w2|^2/2, summing to sqrt2/c
+        center = (0.5 + (math.sqrt(2) - 1) * w2) / math.sqrt(2)
+        w3 = center - c_theta / math.sqrt(2) * (g1 + g2)
     assert w.item() == pytest.approx(w3, abs=1e-14)
     # averages: of the points where the gradients were taken
     assert opt.averaged_params()[0].item() == pytest.approx((0.5 + w2) / 2, abs=1e-14)
@@ -64,23 +74,26 @@ def test_one_sample_two_rounds_by_hand():
         [w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q, generator=torch.Generator().manual_seed(0)
     )
     a, cc = A.tolist(), C.tolist()
-    # round 1: V = 3, eta = c_q sqrt(log3/3), gamma = min(1/2, 3 eta) = 1/2, pi = 1/3 each
-    eta1 = c_q * math.sqrt(math.log(3) / 3)
-    assert min(0.5, 3 * eta1) == 0.5
+    # round 1: V = 3, eta = min(c_q sqrt(log3/3), r/(2m) = 1/6) = 1/6, gamma = 3 eta = 1/2,
+    # pi = 1/3 each
+    eta1 = min(c_q * math.sqrt(math.log(3) / 3), 1 / 6)
+    assert eta1 == 1 / 6
     q1 = opt.plan(1)
     torch.testing.assert_close(q1.pi, torch.full((3,), 1 / 3))
     j = int(q1.groups[0])
     opt.step(lambda: _toy_loss([w], _ToySampler().sample(q1.groups)))
     l1 = a[j] * 0.5 + cc[j]
     g1 = (1 / 3) / (1 / 3) * a[j]
-    w2 = 0.5 - c_theta / math.sqrt(2) * g1
+    w2 = 0.5 - c_theta * g1  # kappa_1 = max_i q_i / pi_i = 1
     assert w.item() == pytest.approx(w2, abs=1e-14)
     est = [0.0, 0.0, 0.0]
-    est[j] = (1 - l1) / (1 / 3)
-    # round 2: V = 6, eta_2, q_2 = softmax(-eta_2 est), gamma_2 = min(1/2, 3 eta_2)
-    eta2 = c_q * math.sqrt(math.log(3) / 6)
-    q2 = _softmax([-eta2 * e for e in est])
-    gam2 = min(0.5, 3 * eta2)
+    est[j] = l1 / (1 / 3)  # the loss is the max player's gain
+    # round 2: V = 6, eta_2 = min(c_q sqrt(log3/6), 1/6), q_2 = softmax(eta_2 est),
+    # gamma_2 = 3 eta_2
+    eta2 = min(c_q * math.sqrt(math.log(3) / 6), 1 / 6)
+    q2 = _softmax([eta2 * e for e in est])
+    gam2 = 3 * eta2
+    assert gam2 <= 0.5
     pi2 = [(1 - gam2) * q + gam2 / 3 for q in q2]  # r = 1: the allocation is q itself
     plan2 = opt.plan(1)
     torch.testing.assert_close(opt.q, torch.tensor(q2))
@@ -88,7 +101,9 @@ def test_one_sample_two_rounds_by_hand():
     k = int(plan2.groups[0])
     opt.step(lambda: _toy_loss([w], _ToySampler().sample(plan2.groups)))
     g2 = q2[k] / pi2[k] * a[k]
-    w3 = 0.5 - c_theta / math.sqrt(3) * (g1 + g2)
+    k2 = 1 + max(q / p for q, p in zip(q2, pi2, strict=True)) ** 2  # K_2
+    sig1, sig2 = 1 / c_theta, (math.sqrt(k2) - 1) / c_theta
+    w3 = (sig1 * 0.5 + sig2 * w2) / (sig1 + sig2) - c_theta / math.sqrt(k2) * (g1 + g2)
     assert w.item() == pytest.approx(w3, abs=1e-14)
 
 
@@ -104,7 +119,7 @@ def test_r_equals_m_is_full_information_hedge():
     s = prob.sampler(gen)
     cum = torch.zeros(4)
     theta = torch.zeros(3)
-    grad_sum = torch.zeros(3)
+    grad_sum, center_sum = torch.zeros(3), torch.zeros(3)
     for t in range(1, 16):
         eta = 0.8 * math.sqrt(math.log(4) / t)
         q_ref = torch.softmax(eta * cum, 0)  # Hedge on the gains l / B
@@ -117,13 +132,17 @@ def test_r_equals_m_is_full_information_hedge():
         losses = opt.step(lambda b=batch: prob.loss_fn([w], b))
         cum += losses
         grad_sum += g
-        theta = -0.7 / math.sqrt(t + 1) * grad_sum
+        # kappa = 1, K_t = t: proximal FTRL with sigma_t = (sqrt t - sqrt(t-1)) / c
+        center_sum += (math.sqrt(t) - math.sqrt(t - 1)) / 0.7 * theta
+        theta = (center_sum - grad_sum) / (math.sqrt(t) / 0.7)
         torch.testing.assert_close(w.detach(), theta)
+        assert opt.game["kappa_sq_sum"] == pytest.approx(t)
 
 
 ALL = [
     lambda p, f, m, gen: GDROFSQ(p, f, m, lr_theta=0.5, generator=gen),
     lambda p, f, m, gen: GDROFSQ(p, f, m, lr_theta=0.5, generator=gen, theta_update="sgd"),
+    lambda p, f, m, gen: GDROFSQ(p, f, m, lr_theta=0.5, generator=gen, theta_update="ftrl"),
     lambda p, f, m, gen: SagawaGDRO(p, f, m, lr_theta=0.1, lr_q=0.5, generator=gen),
     lambda p, f, m, gen: ERM(p, f, m, lr_theta=0.5, generator=gen),
 ]
@@ -233,26 +252,91 @@ def test_ball_constraint_holds():
         assert float(w.detach().norm()) <= 1 + 1e-12
 
 
-def test_bound_decreases_with_sample_size_and_matches_formula():
+@pytest.mark.parametrize("update", ["ftrl-prox", "ftrl"])
+def test_bound_decreases_with_sample_size_and_matches_formula(update):
     prob = _logistic(m=4)
     gen = torch.Generator().manual_seed(0)
-    w = torch.zeros(3, requires_grad=True)
+    w = torch.full((3,), 0.3, requires_grad=True)
     opt = GDROFSQ(
-        [w], prob.loss_fn, 4, radius=prob.radius, grad_bound=prob.grad_bound, generator=gen
+        [w],
+        prob.loss_fn,
+        4,
+        radius=prob.radius,
+        grad_bound=prob.grad_bound,
+        generator=gen,
+        theta_update=update,
     )
     s = prob.sampler(gen)
+    kappas = []
     for r in (1, 2, 4):
-        opt.round(s, r)
-    c = prob.radius / (2 * math.sqrt(2) * prob.grad_bound)
+        plan = opt.plan(r)
+        ratios = sorted((opt.q / plan.pi).tolist(), reverse=True)
+        kappas.append(sum(ratios[:r]))  # the largest weight sum any r-set could carry
+        opt.step(lambda plan=plan: prob.loss_fn([w], s.sample(plan.groups)))
+    assert kappas[-1] == pytest.approx(1.0)  # r = m
+    k = sum(x * x for x in kappas)
+    assert opt.game["kappa_sq_sum"] == pytest.approx(k)
+    big_r = 2 * prob.radius if update == "ftrl-prox" else prob.radius + math.sqrt(3 * 0.09)
+    lag = 0.0 if update == "ftrl-prox" else 16.0
+    c = big_r / (math.sqrt(2) * prob.grad_bound)
     assert opt.param_groups[0]["lr_theta"] == pytest.approx(c)
     v = 4 / 1 + 4 / 2 + 4 / 4
-    theta = (2 * prob.radius) ** 2 * math.sqrt(3) / (
-        2 * c
-    ) + 16 * c * prob.grad_bound**2 * math.sqrt(3)
-    expect = 2 * (theta + (1 / 0.5 + 2) * math.sqrt(v * math.log(4))) / 3
+    theta = big_r**2 * math.sqrt(k + lag) / (2 * c) + c * prob.grad_bound**2 * math.sqrt(k)
+    # q part: (1/c_q + 2 c_q) sqrt(V log m) + log m / cap, cap = min(1/8, 2/8, 1) = 1/8
+    expect = 2 * (theta + 3 * math.sqrt(v * math.log(4)) + 8 * math.log(4)) / 3
     assert opt.bound() == pytest.approx(expect)
-    kw = {"radius": 1.0, "grad_bound": 1.0, "lr_theta": 0.3, "lr_q": 0.5}
+    kw = {"kappa_sq_sum": 50.0, "reg_radius": 2.0, "grad_bound": 1.0, "lr_theta": 0.3, "lr_q": 1}
     assert fsq_bound(50, 50 * 10.0, 10, **kw) > fsq_bound(50, 50 * 2.0, 10, **kw)
+
+
+def test_proximal_ftrl_iterate_is_the_constrained_argmin():
+    """Each iterate against an independent solve of the FTRL problem on the ball (SLSQP)."""
+    np = pytest.importorskip("numpy")
+    minimize = pytest.importorskip("scipy.optimize").minimize
+    prob = make_grouped_logistic(5, 4, 25, radius=1.3, seed=3)
+    gen = torch.Generator().manual_seed(4)
+    w = torch.tensor([1.0, -0.4, 0.5, 0.2], requires_grad=True)
+    c = 6.0
+    opt = GDROFSQ([w], prob.loss_fn, 5, lr_theta=c, radius=prob.radius, generator=gen)
+    s = prob.sampler(gen)
+    iterates, grads, kappas = [w.detach().clone()], [], []
+    for t in range(1, 13):
+        r = 1 + (3 * t) % 5
+        plan = opt.plan(r)
+        batch = s.sample(plan.groups)
+        kappas.append(float((opt.q / plan.pi).topk(r).values.sum()))
+        th = iterates[-1].clone().requires_grad_(True)
+        weights = opt.q[plan.groups] / plan.probs
+        (g,) = torch.autograd.grad((weights * prob.loss_fn([th], batch)).sum(), th)
+        grads.append(g)
+        opt.step(lambda b=batch: prob.loss_fn([w], b))
+        # sigma_j = (sqrt K_j - sqrt K_{j-1}) / c, centred at theta_j
+        ks = np.cumsum(np.array(kappas) ** 2)
+        sig = np.diff(np.concatenate([[0.0], np.sqrt(ks)])) / c
+        pts = np.stack([x.numpy() for x in iterates])
+        gsum = torch.stack(grads).sum(0).numpy()
+
+        def f(x, sig=sig, pts=pts, gsum=gsum):
+            diff = x[None, :] - pts
+            val = gsum @ x + 0.5 * float((sig * (diff**2).sum(1)).sum())
+            return val, gsum + (sig[:, None] * diff).sum(0)
+
+        ball = {"type": "ineq", "fun": lambda x: prob.radius**2 - x @ x, "jac": lambda x: -2 * x}
+        res = minimize(
+            f,
+            iterates[-1].numpy(),
+            jac=True,
+            method="SLSQP",
+            constraints=[ball],
+            options={"ftol": 1e-12, "maxiter": 500},
+        )
+        assert res.success
+        torch.testing.assert_close(w.detach(), torch.tensor(res.x), atol=1e-6, rtol=0)
+        iterates.append(w.detach().clone())
+    norms = [float(x.norm()) for x in iterates]
+    assert sum(abs(n - prob.radius) < 1e-9 for n in norms) >= 3  # the ball was active
+    assert min(norms) < prob.radius - 0.05  # and inactive at times
+    assert max(kappas) > 1.05  # rounds with r < m had weight sums above 1
 
 
 # ---- bad input
@@ -329,7 +413,7 @@ def test_importance_weighted_gradient_and_estimates_are_unbiased(r):
     w = torch.tensor([0.5], requires_grad=True)
     gen = torch.Generator().manual_seed(5)
     opt = GDROFSQ([w], _toy_loss, 3, lr_theta=0.4, lr_q=8.0, generator=gen)
-    for _ in range(6):  # move q away from uniform
+    for _ in range(40):  # move q away from uniform (eta <= 1 at r = m)
         opt.round(_ToySampler(), 3)
     n = 20000
     grad, est = 0.0, torch.zeros(3)

@@ -107,3 +107,77 @@ if given is not None:
         assert bool((pi >= gamma * r / m - 1e-12).all() and (pi <= 1 + 1e-12).all())
         s = systematic_sample(pi, torch.Generator().manual_seed(0))
         assert s.numel() == r and s.unique().numel() == r
+
+
+# ---- the variance facts the step sizes rest on (README, "Why the variance is m/r")
+
+
+def _random_q(m, gen):
+    """A weight vector from very peaked to nearly uniform (some entries may underflow)."""
+    scale = float(torch.empty(()).uniform_(0, 12, generator=gen))
+    return torch.softmax(scale * torch.randn(m, generator=gen, dtype=torch.float64), 0)
+
+
+def test_second_moment_proxy_is_at_most_m_over_r_and_tight_at_uniform():
+    from gdro_fsq.sampling import second_moment_proxy
+
+    gen = torch.Generator().manual_seed(11)
+    worst = 0.0
+    for _ in range(400):
+        m = int(torch.randint(2, 23, (), generator=gen))
+        r = int(torch.randint(1, m + 1, (), generator=gen))
+        gamma = float(torch.rand((), generator=gen, dtype=torch.float64))
+        q = _random_q(m, gen)
+        pi = inclusion_probabilities(q, r, gamma)
+        s = second_moment_proxy(q, pi)
+        worst = max(worst, s / (m / r))
+        assert s <= m / r * (1 + 1e-12), (m, r, gamma, q)
+    assert worst > 0.9  # the bound is nearly attained on some draws
+    for m, r in ((7, 3), (13, 1), (9, 9)):
+        q = torch.full((m,), 1 / m, dtype=torch.float64)
+        s = second_moment_proxy(q, inclusion_probabilities(q, r, 0.3))
+        assert s == pytest.approx(m / r, rel=1e-12)
+
+
+def test_max_weight_sum_bounds_by_brute_force():
+    import itertools
+
+    from gdro_fsq.sampling import max_weight_sum
+
+    gen = torch.Generator().manual_seed(12)
+    for _ in range(150):
+        m = int(torch.randint(2, 9, (), generator=gen))
+        r = int(torch.randint(1, m + 1, (), generator=gen))
+        gamma = 0.5 * float(torch.rand((), generator=gen, dtype=torch.float64))
+        q = _random_q(m, gen)
+        pi = inclusion_probabilities(q, r, gamma)
+        kappa = max_weight_sum(q, pi, r)
+        brute = max(
+            sum(float(q[i] / pi[i]) for i in S) for S in itertools.combinations(range(m), r)
+        )
+        assert kappa == pytest.approx(brute, rel=1e-12)
+        assert 1 - 1e-12 <= kappa <= 2 / (1 - gamma) + 1e-12
+        if r == m:
+            assert kappa == pytest.approx(1.0, rel=1e-12)
+
+
+def test_weighted_loss_estimate_unbiased_and_second_moment_by_monte_carlo():
+    from gdro_fsq.optim import importance_weighted_losses
+    from gdro_fsq.sampling import second_moment_proxy
+
+    gen = torch.Generator().manual_seed(13)
+    m, r, gamma = 7, 3, 0.15
+    q = _random_q(m, gen)
+    c = torch.rand(m, generator=gen, dtype=torch.float64)
+    pi = inclusion_probabilities(q, r, gamma)
+    n = 40000
+    mean, second = torch.zeros(m, dtype=torch.float64), 0.0
+    for _ in range(n):
+        S = systematic_sample(pi, gen)
+        est = importance_weighted_losses(c[S], S, pi[S], m)
+        mean += est / n
+        second += float((q * est**2).sum()) / n
+    exact_second = float((q * c**2 / pi).sum())
+    torch.testing.assert_close(mean, c, atol=4 * float((c**2 / pi).max().sqrt()) / n**0.5, rtol=0)
+    assert second == pytest.approx(exact_second, rel=0.05)
+    assert exact_second <= second_moment_proxy(q, pi) <= m / r

@@ -7,11 +7,12 @@ caller fixes how many groups :math:`r_t \in [1, m]` may be queried; the optimize
 :class:`~gdro_fsq.data.GroupSampler`) and passes a closure returning the per-sample losses to
 :meth:`GroupGame.step`. :meth:`GroupGame.round` does all three.
 
-* :class:`GDROFSQ` (the method): FTRL on importance-weighted stochastic gradients for
-  :math:`\theta`; exponential weights (FTRL with entropy) on importance-weighted loss estimates
-  for :math:`q`, with the query set drawn from :math:`\pi = (1-\gamma_t)a(q_t, r_t) +
-  \gamma_t r_t/m`; anytime step sizes; averaged iterates; the running error bound
-  :meth:`GDROFSQ.bound`.
+* :class:`GDROFSQ` (the method): FTRL with proximal quadratic regularisers on
+  importance-weighted stochastic gradients for :math:`\theta`; exponential weights (FTRL with
+  entropy) on importance-weighted loss estimates for :math:`q`, with the query set drawn from
+  :math:`\pi = (1-\gamma_t)a(q_t, r_t) + \gamma_t r_t/m`; anytime step sizes that follow the
+  per-round variance of the estimates (:math:`m/r_t` for :math:`q`, :math:`\kappa_t^2` for
+  :math:`\theta`); averaged iterates; the running error bound :meth:`GDROFSQ.bound`.
 * :class:`OneSampleBandit`: the same game with :math:`r_t = 1` (one sample per round).
 * :class:`SMDFullInfo`: stochastic mirror descent with :math:`m` samples per round.
 * :class:`SagawaGDRO`: online group DRO (exponentiated gradient on the sampled groups' raw
@@ -49,6 +50,7 @@ from shared_core.mirror import get_mirror
 from .sampling import (
     check_sample_size,
     inclusion_probabilities,
+    max_weight_sum,
     systematic_sample,
     uniform_probabilities,
 )
@@ -68,6 +70,7 @@ __all__ = [
 ]
 
 LossFn = Callable[[Any, Any], Tensor]
+THETA_UPDATES = ("ftrl-prox", "ftrl", "sgd")
 
 
 class Query(NamedTuple):
@@ -95,9 +98,11 @@ def q_step_size(scale: float, n_groups: int, var_sum: float) -> float:
 def exploration_rate(eta: float, n_groups: int, r: int) -> float:
     r"""The exploration rate :math:`\gamma_t = \min(1/2,\ \eta_t m / r_t)`.
 
-    It keeps every estimate bounded, :math:`\eta_t \hat c_{t,i} \le \eta_t m/(\gamma_t r_t) \le 1`
-    once :math:`\gamma_t < 1/2`, and vanishes like :math:`\sqrt{m\log m/(r t)}`. With
-    :math:`r_t = m` it has no effect (every group is queried).
+    It keeps every estimate bounded: :math:`\pi_{t,i} \ge \gamma_t r_t/m = \eta_t`, so
+    :math:`\eta_t \hat\ell_{t,i} \le 1` (:class:`GDROFSQ` caps :math:`\eta_t \le r_t/(2m)`,
+    so the minimum with 1/2 is not needed there), and it vanishes like
+    :math:`\sqrt{m\log m/(r t)}`. With :math:`r_t = m` it has no effect (every group is
+    queried).
     """
     return min(0.5, eta * n_groups / r)
 
@@ -129,37 +134,48 @@ def fsq_bound(
     var_sum: float,
     n_groups: int,
     *,
-    radius: float,
+    kappa_sq_sum: float,
+    reg_radius: float,
     grad_bound: float,
     lr_theta: float,
     lr_q: float,
     loss_bound: float = 1.0,
+    lag: float = 0.0,
+    q_cap: float = 1.0,
 ) -> float:
-    r"""The in-expectation optimization-error bound of :class:`GDROFSQ` after ``t`` rounds.
+    r"""The optimization-error bound tracked by :class:`GDROFSQ` after ``t`` rounds.
 
     .. math::
 
-        \varepsilon_t \le \frac{2}{t}\Big[\frac{(2D)^2\sqrt t}{2c_\theta}
-        + 16\,c_\theta G^2\sqrt t + B\big(\tfrac{1}{c_q} + 4c_q\big)\sqrt{V_t\log m}\Big],
-        \qquad V_t = \sum_{j\le t} \frac{m}{r_j},
+        \varepsilon_t \le \frac{2}{t}\Big[\frac{R^2\sqrt{K_t + \lambda}}{2c_\theta}
+        + c_\theta G^2\sqrt{K_t} + B\Big(\big(\tfrac{1}{c_q} + 2c_q\big)\sqrt{V_t\log m}
+        + \frac{\log m}{\bar\eta}\Big)\Big],
+        \qquad V_t = \sum_{j\le t} \frac{m}{r_j},\quad K_t = \sum_{j\le t}\kappa_j^2,
 
-    with :math:`D` the radius of :math:`\Theta`, :math:`G` the per-sample gradient bound,
-    :math:`B` the loss bound, :math:`\eta^\theta_t = c_\theta/\sqrt t` and
-    :math:`\eta^q_t = c_q\sqrt{\log m/V_t}` (README, "The math"). Since :math:`m/r_j \ge 1`
-    this is :math:`O(\frac1t\sqrt{\sum_j (m/r_j)\log m})`.
+    with :math:`R` the range of the :math:`\theta` regulariser (``reg_radius``: :math:`2D` for
+    the proximal FTRL and SGD, :math:`D + \|\theta_1\|` for FTRL anchored at
+    :math:`\theta_1`), :math:`G` the per-sample gradient bound, :math:`B` the loss bound,
+    :math:`\kappa_j \le 2/(1-\gamma_j)` the bound on the round's importance-weight sum
+    (:math:`\kappa = 1` at :math:`r = m`), :math:`\lambda` the look-ahead term of the anchored
+    FTRL (``lag``; 0 otherwise), :math:`\eta^\theta = c_\theta/\sqrt{K}` and
+    :math:`\eta^q_t = \min(c_q\sqrt{\log m/V_t}, \bar\eta)`, :math:`\bar\eta` (``q_cap``) the
+    smallest step cap of the rounds so far (README, "The math"). Since
+    :math:`1 \le \kappa_j \le 4` and :math:`m/r_j \ge 1` it is
+    :math:`O(\frac1t\sqrt{\sum_j (m/r_j)\log m})`.
 
     Example:
-        >>> b1 = fsq_bound(100, 100 * 10.0, 10, radius=1, grad_bound=1, lr_theta=0.3, lr_q=0.5)
-        >>> b2 = fsq_bound(100, 100 * 1.0, 10, radius=1, grad_bound=1, lr_theta=0.3, lr_q=0.5)
-        >>> b1 > b2
+        >>> kw = dict(kappa_sq_sum=100.0, reg_radius=2, grad_bound=1, lr_theta=1.4, lr_q=1.0)
+        >>> fsq_bound(100, 100 * 10.0, 10, **kw) > fsq_bound(100, 100 * 1.0, 10, **kw)
         True
     """
     if t < 1:
         raise ValueError(f"the bound needs t >= 1, got {t}")
-    theta = (2 * radius) ** 2 * math.sqrt(t) / (
+    theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
         2 * lr_theta
-    ) + 16 * lr_theta * grad_bound**2 * math.sqrt(t)
-    q = loss_bound * (1 / lr_q + 4 * lr_q) * math.sqrt(var_sum * math.log(n_groups))
+    ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
+    q = loss_bound * (
+        (1 / lr_q + 2 * lr_q) * math.sqrt(var_sum * math.log(n_groups)) + math.log(n_groups) / q_cap
+    )
     return 2 * (theta + q) / t
 
 
@@ -186,13 +202,17 @@ class GroupGame(Optimizer, abc.ABC):
         loss_fn: ``loss_fn(model_or_params, batch) -> Tensor`` of per-sample losses, one per
             queried group, in ``[0, loss_bound]``, differentiable in the parameters.
         n_groups: the number of groups ``m >= 2``.
-        lr_theta: :math:`c_\theta`; the step is :math:`c_\theta/\sqrt t` (``theta_decay``) or
-            constant.
+        lr_theta: :math:`c_\theta`; the step is :math:`c_\theta/\sqrt{K_t}` (``theta_decay``),
+            :math:`K_t = \sum_{j\le t}\kappa_j^2` with :math:`\kappa_j` the round's bound on the
+            weight sum (:meth:`_kappa`; 1 for the baselines, so :math:`K_t = t`), or constant.
         model: what ``loss_fn`` receives first (default: the list of parameters).
         loss_bound: :math:`B`; losses outside ``[0, B]`` are refused.
         radius: :math:`D`: :math:`\Theta = \{\|\theta\|_2 \le D\}` over all parameters jointly
             (default: unconstrained).
-        theta_update: ``"ftrl"`` (lazy projection of the summed gradients) or ``"sgd"``.
+        theta_update: ``"ftrl-prox"`` (FTRL with quadratic regularisers centred at the
+            iterates, added as the step shrinks), ``"ftrl"`` (FTRL with one regulariser
+            anchored at :math:`\theta_1`: lazy projection of the summed gradients) or ``"sgd"``
+            (projected online gradient descent).
         theta_decay: the :math:`1/\sqrt t` decay of the :math:`\theta` step.
         generator: the random source for the query sets.
     """
@@ -215,8 +235,8 @@ class GroupGame(Optimizer, abc.ABC):
             raise ValueError(f"loss_fn must be callable, got {loss_fn!r}")
         if isinstance(n_groups, bool) or not isinstance(n_groups, int) or n_groups < 2:
             raise ValueError(f"n_groups must be an integer >= 2, got {n_groups!r}")
-        if theta_update not in ("ftrl", "sgd"):
-            raise ValueError(f"theta_update must be 'ftrl' or 'sgd', got {theta_update!r}")
+        if theta_update not in THETA_UPDATES:
+            raise ValueError(f"theta_update must be one of {THETA_UPDATES}, got {theta_update!r}")
         defaults = {"lr_theta": _positive("lr_theta", lr_theta)}
         super().__init__(params, defaults)
         for group in self.param_groups:
@@ -236,6 +256,7 @@ class GroupGame(Optimizer, abc.ABC):
             "var_sum": 0.0,
             "q": torch.full((n_groups,), 1.0 / n_groups, dtype=torch.float64),
             "q_sum": torch.zeros(n_groups, dtype=torch.float64),
+            "kappa_sq_sum": 0.0,
         }
         if self.radius is not None:
             self._project_(self._params())
@@ -319,6 +340,14 @@ class GroupGame(Optimizer, abc.ABC):
     def _theta_weights(self, query: Query) -> Tensor:
         """Weights ``w`` (shape (r,)) such that ``sum_k w_k loss_k`` estimates the objective."""
 
+    def _kappa(self, query: Query) -> float:
+        """A bound on the sum of the round's gradient weights (the baselines' is 1)."""
+        return 1.0
+
+    #: a bound on :math:`\kappa_t^2` valid for every future round (the anchored FTRL's
+    #: look-ahead term).
+    kappa_bound_sq = 1.0
+
     @abc.abstractmethod
     def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
         """Update player 2 from the losses divided by the loss bound (shape (r,))."""
@@ -350,9 +379,10 @@ class GroupGame(Optimizer, abc.ABC):
             )
         return losses
 
-    def _theta_lr(self, group: dict[str, Any], t: int) -> float:
+    def _theta_lr(self, group: dict[str, Any], k: float) -> float:
+        """The step :math:`c_\\theta/\\sqrt K` (or :math:`c_\\theta` without decay)."""
         c = group["lr_theta"]
-        return c / math.sqrt(t) if self.theta_decay else c
+        return c / math.sqrt(k) if self.theta_decay else c
 
     def _project_(self, params: list[Tensor]) -> None:
         if self.radius is None:
@@ -386,7 +416,10 @@ class GroupGame(Optimizer, abc.ABC):
             objective = (weights * losses).sum()
             grads = torch.autograd.grad(objective, params, allow_unused=True)
         t = self.t + 1
-        self._update_theta(dict(zip(map(id, params), grads, strict=True)), t)
+        kappa = self._kappa(query)
+        k_prev = float(self.game["kappa_sq_sum"])
+        self.game["kappa_sq_sum"] = k_prev + kappa**2
+        self._update_theta(dict(zip(map(id, params), grads, strict=True)), t, k_prev)
         self.game["q_sum"] = self.game["q_sum"] + self.game["q"]
         self._update_q(losses.detach().to(torch.float64) / self.loss_bound, query, t)
         self.game["t"] = t
@@ -394,25 +427,56 @@ class GroupGame(Optimizer, abc.ABC):
         self._query = None
         return losses.detach()
 
-    def _update_theta(self, grads: dict[int, Tensor | None], t: int) -> None:
+    def _update_theta(self, grads: dict[int, Tensor | None], t: int, k_prev: float) -> None:
+        r"""Move the parameters from :math:`\theta_t` to :math:`\theta_{t+1}`.
+
+        With :math:`K = K_t` (this round included) and :math:`\eta = c_\theta/\sqrt K`:
+
+        * ``sgd``: :math:`\theta_{t+1} = \Pi(\theta_t - \eta g_t)`;
+        * ``ftrl``: :math:`\theta_{t+1} = \Pi(\theta_1 - \eta' \sum_{j\le t} g_j)`,
+          :math:`\eta' = c_\theta/\sqrt{K + \lambda}` (:attr:`kappa_bound_sq` =
+          :math:`\lambda` bounds the next round's :math:`\kappa^2`, so the step that
+          produced :math:`\theta_{t+1}` is no larger than the next gradient allows);
+        * ``ftrl-prox``: the regulariser is :math:`\sum_{j\le t}\frac{\sigma_j}{2}
+          \|\theta - \theta_j\|^2` with :math:`\sigma_{1:t} = 1/\eta`, so
+          :math:`\theta_{t+1} = \Pi(\bar z_t - \eta\sum_{j\le t} g_j)`,
+          :math:`\bar z_t = \eta\sum_{j\le t}\sigma_j\theta_j`.
+        """
+        k = float(self.game["kappa_sq_sum"])
         for group in self.param_groups:
+            c = group["lr_theta"]
+
+            def sigma_total(kk: float, c: float = c) -> float:
+                if kk <= 0:
+                    return 0.0
+                return math.sqrt(kk) / c if self.theta_decay else 1.0 / c
+
+            sigma = sigma_total(k) - sigma_total(k_prev)
             for p in group["params"]:
                 state = self.state[p]
                 if not state:
                     state["avg"] = torch.zeros_like(p)
                     if self.theta_update == "ftrl":
                         state["anchor"] = p.detach().clone()
+                    if self.theta_update != "sgd":
                         state["grad_sum"] = torch.zeros_like(p)
+                    if self.theta_update == "ftrl-prox":
+                        state["center_sum"] = torch.zeros_like(p)
                 state["avg"].add_(p.detach() - state["avg"], alpha=1.0 / t)
                 g = grads.get(id(p))
                 if g is None:
                     g = torch.zeros_like(p)
-                if self.theta_update == "ftrl":
+                if self.theta_update == "sgd":
+                    p.sub_(g, alpha=self._theta_lr(group, k))
+                elif self.theta_update == "ftrl":
                     state["grad_sum"].add_(g)
-                    eta_next = self._theta_lr(group, t + 1)
-                    p.copy_(state["anchor"] - eta_next * state["grad_sum"])
+                    eta = self._theta_lr(group, k + self.kappa_bound_sq)
+                    p.copy_(state["anchor"] - eta * state["grad_sum"])
                 else:
-                    p.sub_(g, alpha=self._theta_lr(group, t))
+                    state["grad_sum"].add_(g)
+                    state["center_sum"].add_(p.detach(), alpha=sigma)
+                    total = sigma_total(k)
+                    p.copy_(state["center_sum"] / total - state["grad_sum"] / total)
         self._project_(self._params())
 
     def round(self, sampler: Any, r: int) -> Tensor:
@@ -428,27 +492,40 @@ class GDROFSQ(GroupGame):
 
     Round :math:`t` with budget :math:`r_t`:
 
-    1. :math:`V_t = V_{t-1} + m/r_t`, :math:`\eta_t = c_q\sqrt{\log m/V_t}`,
-       :math:`q_t = \operatorname{softmax}(-\eta_t \hat C_{t-1})`,
-       :math:`\gamma_t = \min(1/2, \eta_t m/r_t)`;
+    1. :math:`V_t = V_{t-1} + m/r_t`, :math:`\eta_t = \min(c_q\sqrt{\log m/V_t},
+       \bar\eta_t)`, :math:`\bar\eta_t = \min_{j\le t} \rho(r_j)`, :math:`\rho(r) = r/(2m)`
+       for :math:`r < m` and 1 for :math:`r = m`;
+       :math:`q_t = \operatorname{softmax}(\eta_t \hat L_{t-1})`,
+       :math:`\gamma_t = \eta_t m/r_t \le 1/2` (so :math:`\pi_{t,i} \ge \eta_t` and
+       :math:`\eta_t \hat\ell_{t,i} \le 1`);
     2. query :math:`S_t`, :math:`|S_t| = r_t`, with marginals
        :math:`\pi_t = (1-\gamma_t)a(q_t, r_t) + \gamma_t r_t/m`;
     3. :math:`\theta`: stochastic gradient :math:`g_t = \sum_{i\in S_t} (q_{t,i}/\pi_{t,i})
-       \nabla\ell(\theta_t; z_{t,i})`, FTRL
-       :math:`\theta_{t+1} = \Pi_\Theta(\theta_1 - \eta^\theta_{t+1}\sum_{j\le t} g_j)`;
-    4. :math:`q`: :math:`\hat C_t = \hat C_{t-1} + \hat c_t`,
-       :math:`\hat c_{t,i} = (1 - \ell_{t,i}/B)\mathbb 1[i\in S_t]/\pi_{t,i}`.
+       \nabla\ell(\theta_t; z_{t,i})`, :math:`\|g_t\| \le \kappa_t G` with
+       :math:`\kappa_t` the sum of the :math:`r_t` largest :math:`q_{t,i}/\pi_{t,i}`;
+       :math:`K_t = K_{t-1} + \kappa_t^2`, :math:`\eta^\theta = c_\theta/\sqrt{K_t}`; proximal
+       FTRL :math:`\theta_{t+1} = \Pi_\Theta(\bar z_t - \eta^\theta\sum_{j\le t} g_j)`,
+       :math:`\bar z_t` the :math:`\sigma`-weighted mean of :math:`\theta_1..\theta_t`
+       (:meth:`GroupGame._update_theta`);
+    4. :math:`q`: :math:`\hat L_t = \hat L_{t-1} + \hat\ell_t`,
+       :math:`\hat\ell_{t,i} = (\ell_{t,i}/B)\mathbb 1[i\in S_t]/\pi_{t,i}` (the losses are
+       the max player's gains).
 
     Args:
         params, loss_fn, n_groups, model, loss_bound, radius, generator: as in
             :class:`GroupGame`.
         lr_theta: :math:`c_\theta` (default, when ``radius`` and ``grad_bound`` are given:
-            :math:`D/(2\sqrt2 G)`, the minimiser of the bound).
-        lr_q: :math:`c_q` (default 1/2, the minimiser of :math:`1/c + 4c`).
+            :math:`R/(\sqrt2 G)`, the minimiser of the bound, with :math:`R = 2D` for
+            ``ftrl-prox`` and ``sgd`` and :math:`R = D + \|\theta_1\|` for ``ftrl``).
+        lr_q: :math:`c_q` (default 1: the SMD step at :math:`r = m`; the bound's minimiser
+            :math:`1/\sqrt2` makes it 6% smaller).
         grad_bound: :math:`G`, a bound on the per-sample gradient norm; with ``radius`` it
             enables :meth:`bound`.
-        theta_update: ``"ftrl"`` (default) or ``"sgd"``.
-        explore: use the adaptive exploration :math:`\gamma_t` (``False``: :math:`\gamma = 0`).
+        theta_update: ``"ftrl-prox"`` (default), ``"ftrl"`` or ``"sgd"`` (see
+            :class:`GroupGame`).
+        explore: use the adaptive exploration :math:`\gamma_t` and the step cap (``False``:
+            :math:`\gamma = 0`, no cap; the estimates are then unbounded and :meth:`bound` is
+            refused).
     """
 
     def __init__(
@@ -458,25 +535,24 @@ class GDROFSQ(GroupGame):
         n_groups: int,
         lr_theta: float | None = None,
         *,
-        lr_q: float = 0.5,
+        lr_q: float = 1.0,
         grad_bound: float | None = None,
         radius: float | None = None,
         loss_bound: float = 1.0,
         model: Any = None,
-        theta_update: str = "ftrl",
+        theta_update: str = "ftrl-prox",
         explore: bool = True,
         generator: torch.Generator | None = None,
     ) -> None:
         self.grad_bound = _positive("grad_bound", grad_bound, allow_none=True)
-        if lr_theta is None:
-            if radius is None or grad_bound is None:
-                raise ValueError("lr_theta is needed unless both radius and grad_bound are given")
-            lr_theta = float(radius) / (2 * math.sqrt(2) * float(grad_bound))
+        default_lr = lr_theta is None
+        if default_lr and (radius is None or grad_bound is None):
+            raise ValueError("lr_theta is needed unless both radius and grad_bound are given")
         super().__init__(
             params,
             loss_fn,
             n_groups,
-            lr_theta,
+            1.0 if default_lr else lr_theta,
             model=model,
             loss_bound=loss_bound,
             radius=radius,
@@ -486,42 +562,72 @@ class GDROFSQ(GroupGame):
         )
         self.lr_q = _positive("lr_q", lr_q)
         self.explore = bool(explore)
+        # kappa <= 2 / (1 - gamma) with gamma <= 1/2 (README, "Why the variance is m/r")
+        self.kappa_bound_sq = 16.0 if self.explore else 4.0
+        self.reg_radius: float | None = None
+        if self.radius is not None:
+            if theta_update == "ftrl":  # the regulariser is anchored at theta_1
+                start = math.sqrt(sum(float((p.detach() ** 2).sum()) for p in self._params()))
+                self.reg_radius = self.radius + start
+            else:  # ||theta - theta_j|| <= 2D for every iterate theta_j
+                self.reg_radius = 2 * self.radius
+        if default_lr:
+            assert self.reg_radius is not None and self.grad_bound is not None
+            for group in self.param_groups:
+                group["lr_theta"] = self.reg_radius / (math.sqrt(2) * self.grad_bound)
         self.game["est_sum"] = torch.zeros(n_groups, dtype=torch.float64)
+        self.game["eta_cap"] = 1.0
         self.game["eta_q"] = math.nan
         self.game["gamma"] = math.nan
+
+    def _step_cap(self, r: int) -> float:
+        """The largest :math:`\\eta` a round of size ``r`` allows: ``r/(2m)`` (so that
+        :math:`\\gamma \\le 1/2`), or 1 when ``r = m`` (every estimate is then at most 1)."""
+        return 1.0 if r == self.n_groups else r / (2 * self.n_groups)
 
     def _inclusion(self, r: int, t: int) -> Tensor:
         m = self.n_groups
         var_sum = self.game["var_sum"] + m / r
         eta = q_step_size(self.lr_q, m, var_sum)
-        self.game["q"] = torch.softmax(-eta * self.game["est_sum"], dim=0)
+        if self.explore:
+            eta = min(eta, self.game["eta_cap"], self._step_cap(r))
+        self.game["q"] = torch.softmax(eta * self.game["est_sum"], dim=0)
         gamma = exploration_rate(eta, m, r) if self.explore else 0.0
         self.game["eta_q"], self.game["gamma"] = eta, gamma
         return inclusion_probabilities(self.game["q"], r, gamma)
+
+    def _kappa(self, query: Query) -> float:
+        return max_weight_sum(self.game["q"], query.pi, query.r)
 
     def _theta_weights(self, query: Query) -> Tensor:
         return self.game["q"][query.groups] / query.probs
 
     def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
-        est = importance_weighted_losses(1 - scaled, query.groups, query.probs, self.n_groups)
+        est = importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
         self.game["est_sum"] = self.game["est_sum"] + est
         self.game["var_sum"] += self.n_groups / query.r
+        self.game["eta_cap"] = min(self.game["eta_cap"], self._step_cap(query.r))
 
     def bound(self) -> float:
         """:func:`fsq_bound` at the current round (needs ``radius`` and ``grad_bound``)."""
         if self.radius is None or self.grad_bound is None:
             raise ValueError("the bound needs radius and grad_bound")
+        if not self.explore:
+            raise ValueError("the bound needs the exploration (explore=True)")
         if self.t == 0:
             raise ValueError("the bound is defined after the first round")
         return fsq_bound(
             self.t,
             self.game["var_sum"],
             self.n_groups,
-            radius=self.radius,
+            kappa_sq_sum=self.game["kappa_sq_sum"],
+            reg_radius=self.reg_radius,
             grad_bound=self.grad_bound,
             lr_theta=self.param_groups[0]["lr_theta"],
             lr_q=self.lr_q,
             loss_bound=self.loss_bound,
+            lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
+            q_cap=self.game["eta_cap"],
         )
 
 

@@ -14,7 +14,9 @@ with :math:`\|x\|_2 \le 1`, so the per-sample gradient is bounded by :math:`G = 
     \quad \|\theta\|_2^2 \le D^2
 
 with SciPy's SLSQP (exact gradients; the problem is smooth and convex, so its KKT point is the
-global optimum). SciPy is imported only here (``pip install 'gdro-fsq[oracle]'``).
+global optimum). :func:`gdro_optimum_cvxpy` solves the same program as a conic problem with
+cvxpy (exponential cone: :math:`\log(1+e^z)` is ``cvxpy.logistic``), an independent route to the
+same number. SciPy and cvxpy are imported only here (``pip install 'gdro-fsq[oracle]'``).
 
 Example:
     >>> prob = make_grouped_logistic(n_groups=3, dim=3, n_per_group=20, seed=0)
@@ -33,7 +35,13 @@ from torch import Tensor
 
 from .data import Batch, GroupSampler
 
-__all__ = ["GroupedProblem", "gdro_optimum", "make_grouped_logistic", "smoothed_max_optimum"]
+__all__ = [
+    "GroupedProblem",
+    "gdro_optimum",
+    "gdro_optimum_cvxpy",
+    "make_grouped_logistic",
+    "smoothed_max_optimum",
+]
 
 
 @dataclass
@@ -192,6 +200,51 @@ def gdro_optimum(prob: GroupedProblem, *, tol: float = 1e-12) -> tuple[Tensor, f
     if norm > prob.radius:
         theta = theta * (prob.radius / norm)
     return theta, prob.max_risk(theta)
+
+
+def gdro_optimum_cvxpy(prob: GroupedProblem, *, solver: str | None = None) -> tuple[Tensor, float]:
+    r"""The exact :math:`\min_{\|\theta\|\le D}\max_i R_i(\theta)` as a conic program (cvxpy).
+
+    .. math::
+
+        \min_{\theta, s}\ s \quad\text{s.t.}\quad \frac{1}{n_i B}\sum_{k \in i}
+        \log\big(1 + e^{-y_k x_k^\top\theta}\big) \le s,\quad \|\theta\|_2 \le D.
+
+    Args:
+        prob: the grouped logistic problem.
+        solver: a cvxpy solver name (default: cvxpy's choice; CLARABEL when installed).
+
+    Returns:
+        ``(theta_star, value)``; ``value`` is :math:`\max_i R_i(\theta^\star)` recomputed in
+        torch (so it is an upper bound on OPT up to the solver's feasibility tolerance).
+
+    Raises:
+        ImportError: without cvxpy. RuntimeError: if the solver does not report an optimum.
+    """
+    try:
+        import cvxpy as cp
+    except ImportError as err:  # pragma: no cover - exercised only without cvxpy
+        raise ImportError("this oracle needs cvxpy: pip install 'gdro-fsq[oracle]'") from err
+    X = prob.X.detach().to(torch.float64).numpy()
+    y = prob.y.detach().to(torch.float64).numpy()
+    groups = prob.groups.numpy()
+    theta, s = cp.Variable(prob.dim), cp.Variable()
+    cons = [cp.norm(theta, 2) <= prob.radius]
+    for i in range(prob.n_groups):
+        rows = groups == i
+        margins = cp.multiply(-y[rows], X[rows] @ theta)
+        cons.append(cp.sum(cp.logistic(margins)) / (rows.sum() * prob.loss_bound) <= s)
+    problem = cp.Problem(cp.Minimize(s), cons)
+    if solver is None and "CLARABEL" in cp.installed_solvers():
+        solver = "CLARABEL"
+    problem.solve(solver=solver)
+    if problem.status not in ("optimal", "optimal_inaccurate") or theta.value is None:
+        raise RuntimeError(f"cvxpy did not find the optimum: status {problem.status}")
+    th = torch.tensor(theta.value, dtype=torch.float64)
+    norm = float(th.norm())
+    if norm > prob.radius:
+        th = th * (prob.radius / norm)
+    return th, prob.max_risk(th)
 
 
 def smoothed_max_optimum(prob: GroupedProblem, beta: float, steps: int = 200) -> float:

@@ -32,6 +32,8 @@ __all__ = [
     "capped_allocation",
     "check_sample_size",
     "inclusion_probabilities",
+    "max_weight_sum",
+    "second_moment_proxy",
     "systematic_sample",
     "uniform_probabilities",
 ]
@@ -116,6 +118,35 @@ def inclusion_probabilities(q: Tensor, r: int, gamma: float) -> Tensor:
         raise ValueError(f"the exploration rate must lie in [0, 1], got {gamma!r}")
     m = q.numel()
     return (1 - gamma) * capped_allocation(q, r) + gamma * (r / m)
+
+
+def second_moment_proxy(q: Tensor, pi: Tensor) -> float:
+    r""":math:`s = \sum_i q_i/\pi_i`: it bounds :math:`\mathbb E\sum_i q_i \hat c_i^2` for any
+    :math:`c \in [0, 1]^m` and :math:`\hat c_i = c_i \mathbb 1[i\in S]/\pi_i`.
+
+    For the FSQ design :math:`\pi = (1-\gamma)a(q, r) + \gamma r/m` it is at most :math:`m/r`
+    (README, "Why the variance is m/r"), with equality at uniform :math:`q`.
+
+    Example:
+        >>> second_moment_proxy(torch.full((4,), 0.25), torch.full((4,), 0.5))
+        2.0
+    """
+    return float((q / pi).sum())
+
+
+def max_weight_sum(q: Tensor, pi: Tensor, r: int) -> float:
+    r""":math:`\kappa = \max_{|S| = r}\sum_{i\in S} q_i/\pi_i`: the sum of the ``r`` largest ratios.
+
+    The importance-weighted gradient :math:`g = \sum_{i\in S}(q_i/\pi_i)\nabla\ell_i` has
+    :math:`\|g\| \le \kappa G` surely, whichever set is drawn. For the FSQ design
+    :math:`\kappa \le 2/(1-\gamma)`, and :math:`\kappa = 1` when :math:`r = m`.
+
+    Example:
+        >>> max_weight_sum(torch.tensor([0.5, 0.3, 0.2]), torch.tensor([1.0, 0.6, 0.4]), 2)
+        1.0
+    """
+    r = check_sample_size(r, q.numel())
+    return float(torch.topk(q / pi, r).values.sum())
 
 
 def uniform_probabilities(m: int, r: int, dtype: torch.dtype = torch.float64) -> Tensor:
