@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pathlib
 import tomllib
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from imuon.experiments import conditioning, image, lora, subspace
+from shared_core.experiment import RunContext
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -53,24 +55,148 @@ def test_image_training_runs_and_keeps_the_frame():
     assert orth < 1e-5
 
 
-def test_lora_pieces():
-    a, b = lora.markov_tables(0, shift=0.5)
-    torch.testing.assert_close(a.sum(-1), torch.ones(len(a)))
-    assert 0 < int((a != b).any(-1).sum()) < len(a)
-    data = lora.sample(b, 16, 17, seed=0)
-    assert data.shape == (16, 17) and int(data.max()) < lora.VOCAB
+def test_lora_chains_and_oracle_loss():
+    a, b = lora.markov_tables(0)
+    torch.testing.assert_close(a.sum(-1), torch.ones(lora.VOCAB))
+    torch.testing.assert_close(b.sum(-1), torch.ones(lora.VOCAB))
+    # the shift is a rank-SHIFT_RANK change of the logits (log-probs up to a per-row constant)
+    d = (b.log() - a.log()).double()
+    d = d - d.mean(-1, keepdim=True)
+    s = torch.linalg.svdvals(d)
+    assert float(s[lora.SHIFT_RANK] / s[0]) < 1e-5 < float(s[lora.SHIFT_RANK - 1] / s[0])
+    data = lora.sample(b, 64, 9, seed=3)
+    assert data.shape == (64, 9) and int(data.max()) < lora.VOCAB
+    brute = [-math.log(float(b[x[t - 1], x[t]])) for x in data.tolist() for t in range(1, 9)]
+    assert lora.oracle_loss(b, data) == pytest.approx(sum(brute) / len(brute), rel=1e-6)
+    # empirical transition frequencies of a long sample approach the table (Monte Carlo)
+    long = lora.sample(b, 400, 101, seed=4)
+    counts = torch.zeros(lora.VOCAB, lora.VOCAB)
+    counts.index_put_(
+        (long[:, :-1].reshape(-1), long[:, 1:].reshape(-1)), torch.ones(40000), accumulate=True
+    )
+    freq = counts / counts.sum(-1, keepdim=True)
+    assert float((freq - b).abs().max()) < 0.08
+
+
+def test_lora_gauge_keeps_the_function_and_only_factors_train():
+    r, kappa = 3, 1e4
+    s = torch.linalg.svdvals(lora.conditioned(r, kappa, torch.Generator().manual_seed(0)))
+    assert float(s[0] / s[-1]) == pytest.approx(kappa, rel=1e-9)
     torch.manual_seed(0)
     model = lora.TinyGPT(d=16, layers=1, heads=2, ctx=16)
-    before = float(lora.lm_loss(model, data))
-    lora.add_lora(model, rank=2)
-    assert float(lora.lm_loss(model, data)) == pytest.approx(before, abs=1e-5)
-    opts = lora.make_opt("iMuon", model, 0.05)
-    for _ in range(15):
-        for o in opts:
-            o.zero_grad()
-        lora.lm_loss(model, data).backward()
-        for o in opts:
-            o.step()
-    assert float(lora.lm_loss(model, data)) < before
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert all("lora_" in n or n.startswith("head.") for n in trainable)
+    data = lora.sample(lora.markov_tables(0)[1], 8, 17, seed=0)
+    with torch.no_grad():
+        before = float(lora.lm_loss(model, data))
+        layers = lora.add_lora(model, rank=r, kappa=kappa, seed=1)
+        assert float(lora.lm_loss(model, data)) == pytest.approx(before, abs=1e-4)
+    assert len(layers) == len(lora.TARGETS)
+    cond = [float(torch.linalg.cond(layer.lora_A.double())) for layer in layers]
+    assert min(cond) > 100  # the factors really are ill-conditioned
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(n.rsplit(".", 1)[-1] in ("lora_A", "lora_B") for n in trainable)
+
+
+def _short_finetune(method, kappa, lr, steps=6):
+    torch.manual_seed(0)
+    base = lora.TinyGPT(d=16, layers=1, heads=2, ctx=16)
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    table = lora.markov_tables(0)[1]
+    ft, ev = lora.sample(table, 32, 17, seed=1), lora.sample(table, 32, 17, seed=2)
+    cfg = dict(d=16, layers=1, heads=2, ctx=16)
+    return lora.finetune(state, cfg, 2, kappa, method, lr, 0, ft, ev, steps, 1, batch=8)
+
+
+def test_lora_imuon_curve_is_gauge_invariant_and_per_factor_muon_is_not():
+    ref = _short_finetune("iMuon", 1.0, 0.05)
+    assert ref[-1] < ref[0]
+    for kappa in (1e2, 1e4):
+        other = _short_finetune("iMuon", kappa, 0.05)
+        # float64 finetuning: exact invariance up to round-off
+        assert max(abs(a - b) for a, b in zip(ref, other, strict=True)) < 1e-10
+    ref_m = _short_finetune("per-factor Muon", 1.0, 0.05)
+    bad = _short_finetune("per-factor Muon", 1e4, 0.05)
+    assert max(abs(a - b) for a, b in zip(ref_m, bad, strict=True)) > 1e-2
+
+
+def test_lora_verdict_rule():
+    kappas = [1.0, 1e4]
+    curves = {k: {0.1: [1.5, 1.2]} for k in kappas}
+    finals = {
+        "iMuon": {1.0: 1.2, 1e4: 1.2},
+        "per-factor Muon": {1.0: 1.2, 1e4: 1.6},
+        "AdamW (factors)": {1.0: 1.19, 1e4: 1.5},
+    }
+    spreads = {m: {k: 0.01 for k in kappas} for m in finals}
+    holds, checks, drift = lora.verdict(2.0, 1.0, finals, spreads, curves, kappas)
+    assert holds and drift == 0.0
+    # an uninformative run (nothing learned) fails whatever the ordering
+    flat = {m: {k: 1.95 for k in kappas} for m in finals}
+    assert not lora.verdict(2.0, 1.0, flat, spreads, curves, kappas)[0]
+    # a factor-wise method that does not degrade beyond its seed noise fails check 3
+    noisy = {**finals, "per-factor Muon": {1.0: 1.2, 1e4: 1.25}}
+    wide = {**spreads, "per-factor Muon": {1.0: 0.05, 1e4: 0.05}}
+    holds, checks, _ = lora.verdict(2.0, 1.0, noisy, wide, curves, kappas)
+    assert not holds and not checks["per-factor Muon degrades"]
+    # a drifting iMuon curve fails check 2
+    drifting = {1.0: {0.1: [1.5, 1.2]}, 1e4: {0.1: [1.5, 1.3]}}
+    assert not lora.verdict(2.0, 1.0, finals, spreads, drifting, kappas)[1]["imuon_gauge_invariant"]
+
+
+def _tiny_gpt2():
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        n_layer=1,
+        n_embd=16,
+        n_head=2,
+        vocab_size=40,
+        n_positions=24,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def test_hf_lora_keeps_the_function_and_imuon_is_gauge_invariant_on_peft_pairs():
+    base = _tiny_gpt2()
+    ids = lora.token_ids(base.config.vocab_size)
+    assert ids.unique().numel() == lora.VOCAB and int(ids.max()) < 40
+    loss_fn = lora.hf_loss(ids)
+    table = lora.markov_tables(0)[1]
+    ft, ev = lora.sample(table, 16, 17, seed=1), lora.sample(table, 16, 17, seed=2)
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    with torch.no_grad():
+        before = float(loss_fn(base, ev))
+    curves = {}
+    for method in ("iMuon", "per-factor Muon"):
+        for kappa in (1.0, 1e4):
+            base.load_state_dict(state)
+            pm, pairs = lora.hf_lora(base, 2, kappa, seed=0)
+            assert len(pairs) == 4  # c_attn, c_proj, c_fc, mlp c_proj
+            with torch.no_grad():
+                assert float(loss_fn(pm, ev)) == pytest.approx(before, abs=1e-4)
+            trainable = [n for n, p in pm.named_parameters() if p.requires_grad]
+            assert len(trainable) == 8 and all("lora_" in n for n in trainable)
+            opt = lora.make_opt(method, pairs, 0.05, layout="peft")
+            curves[method, kappa] = lora.train_curve(pm, opt, loss_fn, 0, ft, ev, 5, 1, batch=8)
+            pm.unload()
+    ref = curves["iMuon", 1.0]
+    assert ref[-1] < before
+    assert max(abs(a - b) for a, b in zip(ref, curves["iMuon", 1e4], strict=True)) < 1e-4
+    muon = [
+        abs(a - b)
+        for a, b in zip(curves["per-factor Muon", 1.0], curves["per-factor Muon", 1e4], strict=True)
+    ]
+    assert max(muon) > 1e-2
+
+
+def test_hf_run_end_to_end(tmp_path):
+    base = _tiny_gpt2()
+    ctx = RunContext(out_dir=tmp_path, quick=True, full=False, seed=0)
+    res = lora.run_hf(ctx, base, device="cpu", ctx_len=16, rank=2, steps=4)
+    assert res.holds in (True, False)
+    assert set(res.metrics["final_eval_loss"]) == {"iMuon", "per-factor Muon", "AdamW (factors)"}
+    assert (tmp_path / "lora_eval_loss.png").is_file()
+    drift = res.metrics["imuon_curve_drift"]
+    assert drift < 1e-4

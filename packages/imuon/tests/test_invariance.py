@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from imuon import IMuon, fixed_rank_lmo, fixed_rank_rgrad, grassmann_lmo
-from shared_core.manifolds import FixedRankFactored, Grassmann
+from imuon.lmo import fixed_rank_frames
+from shared_core.manifolds import Factors, FixedRankFactored, Grassmann
 
 _spec = importlib.util.spec_from_file_location(
     "_problems", pathlib.Path(__file__).with_name("_problems.py")
@@ -123,3 +124,22 @@ def test_grassmann_step_is_basis_invariant(norm):
     a, b = run(X), run(X @ Q)
     # Same subspace: the projectors agree.
     torch.testing.assert_close(a @ a.mT, b @ b.mT, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("cond", CONDS)
+def test_fixed_rank_frames_stay_accurate_in_float32_for_ill_conditioned_factors(cond):
+    # The frames (Q, R) feed every fixed-rank step. Householder QR is backward stable whatever
+    # cond(A); Cholesky-QR variants lose orthogonality or break down once cond(A)^2 * eps is
+    # large (benchmarks/frames.py measures this), which is why they are not used.
+    gen = torch.Generator().manual_seed(7)
+    m, n, r = 301, 157, 6
+    M = P.conditioned(r, cond, gen)
+    a = (torch.randn(m, r, generator=gen, dtype=torch.float64) @ M).float()
+    b = torch.linalg.solve(M, torch.randn(n, r, generator=gen, dtype=torch.float64).mT).mT.float()
+    qa, ra, qb, rb = fixed_rank_frames(Factors(a, b))
+    eye = torch.eye(r)
+    for x, q, rr in ((a, qa, ra), (b, qb, rb)):
+        assert bool(torch.isfinite(q).all() and torch.isfinite(rr).all())
+        assert float((q.mT @ q - eye).norm()) < 1e-5
+        assert float((x - q @ rr).norm() / x.norm()) < 1e-5
+        torch.testing.assert_close(rr, rr.triu(), rtol=0, atol=0)
