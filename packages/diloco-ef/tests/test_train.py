@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 
 import pytest
 
 from diloco_ef import train as T
+from shared_core.testing import launch_local
 
 SMALL = ["--steps", "32", "--inner-steps", "8", "--dim", "9", "--hidden", "13", "--samples", "97"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_sim(tmp_path, *extra: str) -> dict:
@@ -72,34 +64,12 @@ def test_bad_arguments_are_refused():
 )
 def test_two_torchrun_style_processes_match_the_simulation(tmp_path, comp):
     args = [*SMALL, "--algo", "diloco-ef", "--compressor", *comp]
-    port, procs = _free_port(), []
     out = tmp_path / "dist.json"
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-        }
-        cmd = [sys.executable, "-m", "diloco_ef.train", *args, "--device", "cpu"]
-        cmd += ["--timeout", "30", "--out", str(out)]
-        procs.append(
-            subprocess.Popen(
-                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=120)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("train workers hung")
-    assert [p.returncode for p in procs] == [0, 0], logs
+    cmd = [sys.executable, "-m", "diloco_ef.train", *args, "--device", "cpu"]
+    cmd += ["--timeout", "30", "--out", str(out)]
+    run = launch_local(cmd, timeout_s=120)
+    codes, logs = run.codes, run.logs
+    assert codes == [0, 0], logs
     assert "final_loss=" in logs[0] and "bytes=" in logs[0]
     got = json.loads(out.read_text())
     sim = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", *comp)
