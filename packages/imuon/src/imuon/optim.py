@@ -27,6 +27,11 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+try:  # FSDP2 / DTensor-sharded parameters (absent on builds without torch.distributed)
+    from torch.distributed.tensor import DTensor, distribute_tensor
+except ImportError:  # pragma: no cover
+    DTensor = distribute_tensor = None
+
 from shared_core.manifolds import SPD, Factors, FixedRankFactored, Grassmann, Stiefel
 from shared_core.polar import powm_sym
 
@@ -70,6 +75,11 @@ def tag(param: Tensor, manifold: str) -> Tensor:
 def _frame(t: Tensor) -> Tensor:
     """Tall view of a Stiefel/Grassmann parameter: wide ``(p, n)`` weights are orthonormal rows."""
     return t if t.shape[-2] >= t.shape[-1] else t.mT
+
+
+def _full(t: Tensor) -> Tensor:
+    """The whole tensor behind a DTensor (an all-gather); a plain tensor as it is."""
+    return t.full_tensor() if DTensor is not None and isinstance(t, DTensor) else t
 
 
 def _work_dtype(p: Tensor) -> torch.dtype:
@@ -196,6 +206,9 @@ class IMuon(Optimizer):
             raise ValueError(f"invalid nonfinite: {nonfinite!r} (use 'skip' or 'raise')")
         self.nonfinite = nonfinite
         super().__init__(params, defaults)
+        self._owners: dict[int, Tensor] = {}
+        self._gathered_grads: dict[int, Tensor] = {}
+        self._work: dict[Tensor, Tensor] = {}
         for group in self.param_groups:
             self._validate(group)
             self._check_group_points(group)
@@ -295,12 +308,13 @@ class IMuon(Optimizer):
     def _check_group_points(self, group: dict[str, Any]) -> None:
         if group["manifold"] == "fixed_rank":
             for a, b in self._pairs(group):
-                x = self._fr_point(group, a, b)
+                x = self._fr_point(group, _full(a), _full(b))
                 FixedRankFactored(x[0].shape[0], x[1].shape[0], x[0].shape[1]).check_point(x)
             return
         for p in group["params"]:
             kind = self._kind(group, p)
             if kind in ("stiefel", "grassmann", "spd"):
+                p = _full(p)
                 x = _frame(p) if kind != "spd" else p
                 x = x.to(_work_dtype(p))
                 # A bf16/fp16 point is rounded off the manifold by ~eps(bf16) = 8e-3; accept
@@ -317,7 +331,7 @@ class IMuon(Optimizer):
         """
         if p.dtype in (torch.float32, torch.float64):
             return p
-        st = self.state[p]
+        st = self._state(p)
         if "master" not in st:
             m = p.detach().to(torch.float32)
             if manifold is not None:
@@ -332,10 +346,45 @@ class IMuon(Optimizer):
             p.copy_(master.to(p.dtype))
 
     def _grad(self, p: Tensor) -> Tensor:
-        return p.grad.to(_work_dtype(p))
+        g = self._gathered_grads.get(id(p))
+        return (p.grad if g is None else g).to(_work_dtype(p))
+
+    def _state(self, p: Tensor) -> dict:
+        # During a step a gathered full tensor stands in for its sharded parameter; the state
+        # stays keyed by the parameter itself, so state_dict and param_groups see no difference.
+        return self.state[self._owners.get(id(p), p)]
+
+    # ------------------------------------------------------------------ sharded parameters
+    def _gather(self) -> dict[Tensor, Tensor]:
+        """Full (unsharded) copies of every DTensor parameter and its gradient.
+
+        The closed-form LMOs need the whole matrix (its polar factor, its frames), so a
+        parameter sharded by FSDP2 is all-gathered, updated in full on every rank (each rank
+        computes the same update from the same gathered gradient), and each rank keeps its own
+        shard of the result. The optimizer state of a sharded parameter is held in full.
+        """
+        work: dict[Tensor, Tensor] = {}
+        if DTensor is None:
+            return work
+        for group in self.param_groups:
+            for p in group["params"]:
+                if isinstance(p, DTensor):
+                    full = p.full_tensor().detach()
+                    work[p] = full
+                    self._owners[id(full)] = p
+                    if p.grad is not None:
+                        self._gathered_grads[id(full)] = p.grad.full_tensor()
+        return work
+
+    @staticmethod
+    def _scatter(work: dict[Tensor, Tensor]) -> None:
+        for p, full in work.items():
+            # src_data_rank=None: every rank slices its own shard, no communication.
+            shard = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
+            p.to_local().copy_(shard.to_local())
 
     def _buf(self, p: Tensor, like: Tensor) -> Tensor:
-        st = self.state[p]
+        st = self._state(p)
         if "momentum_buffer" not in st:
             st["momentum_buffer"] = torch.zeros_like(like)
         return st["momentum_buffer"]
@@ -348,10 +397,11 @@ class IMuon(Optimizer):
     # ------------------------------------------------------------------ step
     def _all_finite(self) -> bool:
         flags = [
-            torch.isfinite(p.grad).all()
+            torch.isfinite(self._gathered_grads.get(id(q), q.grad)).all()
             for g in self.param_groups
             for p in g["params"]
             if p.grad is not None
+            for q in [self._work.get(p, p)]
         ]
         return bool(torch.stack(flags).all()) if flags else True
 
@@ -366,6 +416,14 @@ class IMuon(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._owners, self._gathered_grads = {}, {}
+        self._work = self._gather()
+        try:
+            return self._step(loss)
+        finally:
+            self._owners, self._gathered_grads, self._work = {}, {}, {}
+
+    def _step(self, loss):
         if not self._all_finite():
             if self.nonfinite == "raise":
                 raise FloatingPointError("IMuon.step: a gradient contains NaN or inf")
@@ -379,18 +437,20 @@ class IMuon(Optimizer):
             if group["manifold"] == "fixed_rank":
                 for a, b in self._pairs(group):
                     if a.grad is not None and b.grad is not None:
-                        self._step_fixed_rank(group, a, b)
+                        self._step_fixed_rank(group, self._work.get(a, a), self._work.get(b, b))
                 continue
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 kind = self._kind(group, p)
+                q = self._work.get(p, p)
                 if kind == "adamw":
-                    self._step_adamw(group, p)
+                    self._step_adamw(group, q)
                 elif kind == "euclidean":
-                    self._step_euclidean(group, p)
+                    self._step_euclidean(group, q)
                 else:
-                    self._step_manifold(group, kind, p)
+                    self._step_manifold(group, kind, q)
+        self._scatter(self._work)
         return loss
 
     @staticmethod
@@ -400,7 +460,7 @@ class IMuon(Optimizer):
         return rgrad.lerp(buf, beta) if group["nesterov"] else buf.clone()
 
     def _count(self, p: Tensor) -> None:
-        st = self.state[p]
+        st = self._state(p)
         st["step"] = st.get("step", 0) + 1
 
     def _step_euclidean(self, group, p: Tensor) -> None:
@@ -496,7 +556,7 @@ class IMuon(Optimizer):
     def _step_adamw(self, group, p: Tensor) -> None:
         x = self._master(p)
         g = self._grad(p)
-        st = self.state[p]
+        st = self._state(p)
         if "exp_avg" not in st:
             st["exp_avg"] = torch.zeros_like(x)
             st["exp_avg_sq"] = torch.zeros_like(x)
