@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="packages/adaptive-lmo/benchmarks/results/overhead.json")
     ap.add_argument("--method", default="svd", choices=["svd", "iterative"])
     ap.add_argument("--update-every", type=int, default=10)
+    ap.add_argument("--stats", default="next_batch", choices=["next_batch", "same_batch"])
     args = ap.parse_args(argv)
     widths = [256] if args.quick else [512, 1024]
     repeats = 5 if args.quick else 10
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(256, width, device=args.device)
         y = torch.randint(0, 10, (256,), device=args.device)
         m_c, m_b = copy.deepcopy(base_model), copy.deepcopy(base_model)
-        kw = {"lr": 0.02, "method": args.method, "update_every": k}
+        kw = {"lr": 0.02, "method": args.method, "update_every": k, "stats": args.stats}
         o_c = AdaptiveLMO(m_c, exponent="auto", **kw)
         o_b = AdaptiveLMO(m_b, exponent=0.0, **kw)
         r = compare(

@@ -13,7 +13,13 @@ from adaptive_lmo.experiments import _common
 from adaptive_lmo.experiments import teacher_student as ts
 from shared_core.experiment import RunContext
 
-TINY_GRIDS = {"AdamW": [3e-3], "Muon": [0.05], "SGD": [0.05], "AdaptiveLMO": [0.05]}
+TINY_GRIDS = {
+    "AdamW": [3e-3],
+    "Muon": [0.05],
+    "SGD": [0.05],
+    "AdaptiveLMO": [0.05],
+    _common.SAME_BATCH: [0.05],
+}
 
 
 def test_teacher_student_tiny(tmp_path, monkeypatch):
@@ -292,7 +298,7 @@ def test_build_optimizer_muadam_is_the_polar_factor_of_adams_direction():
 
 def test_sketch_bias_replays_the_optimizer_and_population_gives_one():
     cfg = {**ts.config(True), "na": 9, "nb": 5, "m": 7, "n": 200, "steps": 41, "batch": 23}
-    out = ts.sketch_bias(cfg, lr=0.1, seeds=2, start=10, every=10)
+    out = ts.sketch_bias(cfg, lr=0.1, seeds=2, start=10, every=10, stats="same_batch")
     assert len(out["same"]) == 2 * 4
     # criterion steps are 0, 10, 20, ...: the replay must give the optimizer's own choice (the
     # optimizer's SVD and sketch are float32, the replay's float64: float32 round-off only)
@@ -301,3 +307,12 @@ def test_sketch_bias_replays_the_optimizer_and_population_gives_one():
     # flat curvature (population covariance = I) puts the optimum exactly at a = 1
     assert out["population"] == pytest.approx([1.0] * 8)
     assert all(0.0 <= v <= 1.0 for k in out for v in out[k])
+
+
+def test_sketch_bias_next_batch_replays_the_optimizer():
+    cfg = {**ts.config(True), "na": 9, "nb": 5, "m": 7, "n": 200, "steps": 42, "batch": 23}
+    out = ts.sketch_bias(cfg, lr=0.1, seeds=2, start=10, every=10, stats="next_batch")
+    # the replay pairs step t's direction with step t + 1's minibatch, as the optimizer does
+    assert len(out["next"]) == len(out["optimizer"]) == 2 * 4
+    assert out["next"] == pytest.approx(out["optimizer"], abs=1e-5)
+    assert out["next"] != pytest.approx(out["same"], abs=1e-3)

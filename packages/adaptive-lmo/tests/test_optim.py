@@ -227,7 +227,9 @@ def test_criterion_in_the_optimizer_picks_the_grid_best_exponent():
     lin = nn.Linear(30, 20, bias=False).double()
     with torch.no_grad():
         lin.weight.copy_(W0)
-    opt = AdaptiveLMO(lin, lr=0.1, momentum=0.0, head=None, max_rows=1000, scale="none")
+    opt = AdaptiveLMO(
+        lin, lr=0.1, momentum=0.0, head=None, max_rows=1000, scale="none", stats="same_batch"
+    )
     opt.zero_grad()
     (0.5 * ((lin(X) - Y) ** 2).sum() / X.shape[0]).backward()
     G = lin.weight.grad.clone()
@@ -244,17 +246,22 @@ def test_criterion_in_the_optimizer_picks_the_grid_best_exponent():
     assert a == pytest.approx(choose_exponent(f.s, curvature_along(f.Vh, X)), abs=1e-12)
 
 
-def test_update_every_controls_when_the_exponent_moves():
+@pytest.mark.parametrize("stats", ["same_batch", "next_batch"])
+def test_update_every_controls_when_the_exponent_moves(stats):
     m = _mlp()
-    opt = AdaptiveLMO(m, lr=0.02, update_every=3)
+    opt = AdaptiveLMO(m, lr=0.02, update_every=3, stats=stats)
     seen = []
-    for x, y in _batches(7):
+    for x, y in _batches(8):
         opt.zero_grad()
         F.mse_loss(m(x), y).backward()
         opt.step()
         seen.append(opt.geometry()["2.weight"]["exponent"])
-    assert seen[0] == seen[1] == seen[2] and seen[3] == seen[4] == seen[5]
-    assert seen[2] != seen[3] and seen[5] != seen[6]
+    if stats == "next_batch":  # fallback on step 1, chosen on steps 2, 5, 8
+        assert seen[0] == 0.0 and seen[1] == seen[2] == seen[3] and seen[4] == seen[5] == seen[6]
+        assert seen[3] != seen[4] and seen[6] != seen[7]
+    else:  # chosen on steps 1, 4, 7
+        assert seen[0] == seen[1] == seen[2] and seen[3] == seen[4] == seen[5]
+        assert seen[2] != seen[3] and seen[5] != seen[6]
     assert all(0.0 <= s <= 1.0 for s in seen)
 
 
@@ -378,7 +385,7 @@ def test_moe_stacked_experts_are_batched_matrices():
 
 def test_moe_auto_falls_back_then_uses_recorded_activations():
     moe = MoE()
-    opt = AdaptiveLMO(moe, lr=0.05, fallback_exponent=0.25, update_every=1)
+    opt = AdaptiveLMO(moe, lr=0.05, fallback_exponent=0.25, update_every=1, stats="same_batch")
     x = torch.randn(11, 6, dtype=torch.float64)
     moe(x).pow(2).mean().backward()
     with pytest.warns(UserWarning, match="no forward hook"):
@@ -394,6 +401,24 @@ def test_moe_auto_falls_back_then_uses_recorded_activations():
         opt.record_activations(moe.w, x)
 
 
+def test_moe_next_batch_pairs_kept_factors_with_the_next_recorded_rows():
+    moe = MoE()
+    opt = AdaptiveLMO(moe, lr=0.05, fallback_exponent=0.25, update_every=1)
+    xs = [torch.randn(11, 6, dtype=torch.float64) for _ in range(2)]
+    moe(xs[0]).pow(2).mean().backward()
+    opt.step()  # step 1: fallback; factors of this direction kept
+    assert opt.geometry()["w"]["exponent"] == 0.25
+    Vh, s = opt.state[moe.w]["pending_Vh"].clone(), opt.state[moe.w]["pending_s"].clone()
+    opt.zero_grad()
+    moe(xs[1]).pow(2).mean().backward()
+    rows = xs[1].expand(3, 11, 6)
+    opt.record_activations(moe.w, rows)
+    opt.step()
+    c = ((rows @ Vh.transpose(-1, -2)) ** 2).sum(-2) / 11  # brute force ||X v_i||^2 / rows
+    assert opt.geometry()["w"]["exponent"] == pytest.approx(choose_exponent(s, c), abs=1e-12)
+    assert opt.geometry()["w"]["source"].startswith("criterion")
+
+
 def test_unused_layer_gets_fallback_then_keeps_its_exponent():
     class Two(nn.Module):
         def __init__(self):
@@ -407,7 +432,7 @@ def test_unused_layer_gets_fallback_then_keeps_its_exponent():
 
     torch.manual_seed(0)
     net = Two()
-    opt = AdaptiveLMO(net, update_every=1, fallback_exponent=0.5)
+    opt = AdaptiveLMO(net, update_every=1, fallback_exponent=0.5, stats="same_batch")
     x = torch.randn(9, 4)
     # b is unused: no gradient, no step for it
     net(x, False).pow(2).mean().backward()

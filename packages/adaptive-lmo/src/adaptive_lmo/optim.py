@@ -69,6 +69,7 @@ from .stats import ActivationCollector
 __all__ = ["AdaptiveLMO"]
 
 PRECONDITIONERS = (None, "adam")
+STATS = ("same_batch", "next_batch")
 ADJUST_LR = (None, "original", "match_rms_adamw", "spectral_unclamped")
 
 
@@ -113,6 +114,8 @@ def _validate_lmo(g: dict[str, Any]) -> None:
         raise ValueError(f"scale must be one of {SCALES}, got {g['scale']!r}")
     if g["adjust_lr_fn"] not in ADJUST_LR:
         raise ValueError(f"adjust_lr_fn must be one of {ADJUST_LR}, got {g['adjust_lr_fn']!r}")
+    if g.get("stats", "next_batch") not in STATS:
+        raise ValueError(f"stats must be one of {STATS}, got {g['stats']!r}")
     if g.get("matrix_view", "auto") not in VIEWS:
         raise ValueError(f"matrix_view must be one of {VIEWS}, got {g['matrix_view']!r}")
     if not isinstance(g["nesterov"], bool):
@@ -145,7 +148,17 @@ class AdaptiveLMO(Optimizer):
         precondition: None or ``"adam"`` (elementwise second moments, see the module docstring).
         beta2, eps: Adam's second-moment decay and epsilon (``precondition="adam"``).
         exponent: ``"auto"`` (the criterion) or a fixed float in [0, 1].
-        update_every: re-choose the exponent on steps 1, 1 + k, 1 + 2k, ...
+        update_every: the direction's SVD for the criterion is taken on steps 1, 1 + k,
+            1 + 2k, ...; the exponent is chosen on steps 2, 2 + k, ... (``stats="next_batch"``)
+            or on the same steps (``stats="same_batch"``).
+        stats: where the activation energies come from. ``"next_batch"`` (default): the
+            right factors and singular values of the direction of step 1 + jk are kept until
+            the next step, whose forward (fresh data, not in that direction) supplies the
+            sketch; the exponent is chosen then and used from that step on, so step 1 uses
+            ``fallback_exponent``. No extra SVD; holds ``(n + 1) * rank`` numbers per layer
+            for one step. ``"same_batch"``: the forward of the criterion step itself, whose
+            gradient is already in the direction, which biases the choice towards a = 0
+            (see the README).
         criterion: ``"surrogate"`` (maximise the surrogate decrease) or ``"loglog"``.
         method: ``"svd"`` or ``"iterative"`` (matmul-only fractional power).
         scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm) or ``"none"``.
@@ -177,6 +190,7 @@ class AdaptiveLMO(Optimizer):
         eps: float = 1e-8,
         exponent: str | float = "auto",
         update_every: int = 10,
+        stats: str = "next_batch",
         criterion: str = "surrogate",
         method: str = "svd",
         scale: str = "polar",
@@ -205,6 +219,7 @@ class AdaptiveLMO(Optimizer):
             "eps": eps,
             "exponent": exponent,
             "update_every": update_every,
+            "stats": stats,
             "criterion": criterion,
             "method": method,
             "scale": scale,
@@ -347,8 +362,11 @@ class AdaptiveLMO(Optimizer):
             if g["algorithm"] != "lmo" or g["exponent"] != "auto":
                 continue
             for p in g["params"]:
-                t = self.state[p].get("step", 0) if p in self.state else 0
-                if t % g["update_every"] == 0:
+                st = self.state.get(p, {})
+                if g["stats"] == "next_batch":
+                    if "pending_Vh" in st:  # the next step pairs its forward with these factors
+                        due.add(id(p))
+                elif st.get("step", 0) % g["update_every"] == 0:
                     due.add(id(p))
         self._collector.due = due
 
@@ -502,10 +520,15 @@ class AdaptiveLMO(Optimizer):
                         f"momentum (NaN or inf) at step {self.state[p]['step']}"
                     )
                 it = {"p": p, "g": g, "P": P, "ghat": ghat, "shape": shape, "factors": None}
-                it["due"] = g["exponent"] == "auto" and (
-                    (self.state[p]["step"] - 1) % g["update_every"] == 0
-                )
-                if it["due"]:
+                fresh = (self.state[p]["step"] - 1) % g["update_every"] == 0
+                auto = g["exponent"] == "auto"
+                if g["stats"] == "next_batch":
+                    # choose with the factors kept from an earlier step; keep this step's
+                    it["due"] = auto and "pending_Vh" in self.state[p]
+                    it["snap"] = auto and fresh
+                else:
+                    it["due"], it["snap"] = auto and fresh, False
+                if it["due"] or it["snap"]:
                     self._prepare_criterion(it)
                     items.append(it)
                 else:  # apply at once: only criterion steps hold every layer's direction
@@ -513,17 +536,30 @@ class AdaptiveLMO(Optimizer):
         self._sync_curvatures(items)
         for it in items:
             self._apply(it)
+            if it["snap"]:
+                self._keep_factors(it)
         self._collector.clear()
         self._refresh_due()
         return loss
 
     def _prepare_criterion(self, it: dict[str, Any]) -> None:
-        p = it["p"]
+        p, g, st = it["p"], it["g"], self.state[it["p"]]
         X = self._collector.take(id(p))
-        f = svd_factors(it["P"])
-        it["factors"] = f
+        if g["stats"] == "next_batch":
+            # this step's factors: used by the update (svd route) and kept for the next step
+            it["factors"] = svd_factors(it["P"]) if it["snap"] or g["method"] == "svd" else None
+            if not it["due"]:
+                return
+            s, Vh = st.pop("pending_s"), st.pop("pending_Vh")
+            d = st.pop("pending_d", None)
+        else:
+            f = svd_factors(it["P"])
+            it["factors"] = f
+            s, Vh = f.s, f.Vh
+            d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
+        it["crit"] = (s, d)
         it["c"] = None
-        it["c_len"] = f.s.numel()
+        it["c_len"] = s.numel()
         if X is None:
             return
         if X.shape[-1] != it["shape"][-1]:
@@ -531,9 +567,17 @@ class AdaptiveLMO(Optimizer):
                 f"AdaptiveLMO, layer {self._names[id(p)]}: recorded features have "
                 f"{X.shape[-1]} columns, the matrix view {it['shape']} needs {it['shape'][-1]}"
             )
-        it["c"] = curvature_along(f.Vh, X.to(f.Vh.dtype)).reshape(-1)
+        it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
 
-    def _sync_curvatures(self, due: list[dict[str, Any]]) -> None:
+    def _keep_factors(self, it: dict[str, Any]) -> None:
+        """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
+        st, f = self.state[it["p"]], it["factors"]
+        st["pending_s"], st["pending_Vh"] = f.s, f.Vh
+        if it["g"]["precondition"] is not None:
+            st["pending_d"] = alignment(f.U, f.Vh, it["ghat"])
+
+    def _sync_curvatures(self, items: list[dict[str, Any]]) -> None:
+        due = [it for it in items if it["due"]]
         if not (
             due
             and self.sync_stats
@@ -575,13 +619,13 @@ class AdaptiveLMO(Optimizer):
             if float(bad[k]) > 0:
                 it["c"] = torch.full_like(seg, math.nan)
             elif float(flags[k]) > 0:
-                it["c"] = (seg / flags[k]).to(it["factors"].Vh.dtype)
+                it["c"] = (seg / flags[k]).to(it["crit"][0].dtype)
             else:
                 it["c"] = None
 
     def _choose(self, it: dict[str, Any]) -> None:
         p, g, st = it["p"], it["g"], self.state[it["p"]]
-        f = it["factors"]
+        s, d = it["crit"]
         if it["c"] is None:
             if "exponent" in st and st.get("source", "").startswith(("criterion", "kept")):
                 st["source"] = f"kept: no activations recorded at step {st['step']}"
@@ -596,9 +640,8 @@ class AdaptiveLMO(Optimizer):
                 )
                 self._warn(p, "fallback", f"{st['source']}; using exponent {st['exponent']}")
             return
-        d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
         try:
-            a = choose_exponent(f.s, it["c"], d, rule=g["criterion"])
+            a = choose_exponent(s, it["c"], d, rule=g["criterion"])
         except ValueError as e:
             st.setdefault("exponent", g["fallback_exponent"])
             st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
@@ -613,8 +656,9 @@ class AdaptiveLMO(Optimizer):
         if g["exponent"] == "auto":
             if it["due"]:
                 self._choose(it)
-            elif "exponent" not in st:  # pragma: no cover - the first step is always due
-                st["exponent"], st["source"] = g["fallback_exponent"], "fallback"
+            elif "exponent" not in st:  # stats="next_batch": the first choice is on step 2
+                st["exponent"] = g["fallback_exponent"]
+                st["source"] = "fallback: first exponent chosen on the next step"
             a = st["exponent"]
         else:
             a = g["exponent"]

@@ -27,6 +27,7 @@ from ..routing import scan_module
 __all__ = [
     "EXTRA_OPTIMIZERS",
     "OPTIMIZERS",
+    "SAME_BATCH",
     "Combined",
     "PairedComparison",
     "SweepResult",
@@ -39,7 +40,8 @@ __all__ = [
 ]
 
 OPTIMIZERS = ("AdamW", "Muon", "SGD", "AdaptiveLMO")
-EXTRA_OPTIMIZERS = ("Adam", "MuAdam")  # used by teacher-student
+SAME_BATCH = "AdaptiveLMO same-batch stats"  # ablation row: stats="same_batch" (not judged)
+EXTRA_OPTIMIZERS = ("Adam", "MuAdam", SAME_BATCH)
 TOL_LOSS = 0.02  # relative
 TOL_ACC = 0.005  # absolute (0.5 percentage points)
 ADAMW_SIDE_LR = 3e-3  # AdamW lr of the non-matrix parameters under Muon and AdaptiveLMO
@@ -69,6 +71,7 @@ def build_optimizer(
     exponent: str | float = "auto",
     exponents: dict[str, float] | None = None,
     update_every: int = 10,
+    stats: str | None = None,
 ) -> Any:
     """One of :data:`OPTIMIZERS` or :data:`EXTRA_OPTIMIZERS` on ``model``, matrix lr ``lr``.
 
@@ -79,8 +82,13 @@ def build_optimizer(
     ``update_every`` steps (``exponent="auto"``) or keeps ``exponent`` fixed; ``exponents``
     (matrix-parameter name -> fixed exponent) fixes a different exponent per layer. "Adam" is
     ``torch.optim.Adam`` on everything; "MuAdam" is AdaptiveLMO with Adam preconditioning at
-    a = 0 (momentum 0.9, beta2 0.999), the polar factor of Adam's direction.
+    a = 0 (momentum 0.9, beta2 0.999), the polar factor of Adam's direction. ``stats`` sets
+    AdaptiveLMO's activation-statistics source (None: its default, ``"next_batch"``);
+    :data:`SAME_BATCH` is "AdaptiveLMO" with ``stats="same_batch"``.
     """
+    if name == SAME_BATCH:
+        name, stats = "AdaptiveLMO", "same_batch"
+    stat_kw = {} if stats is None else {"stats": stats}
     if name == "AdamW":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     if name == "Adam":
@@ -122,6 +130,7 @@ def build_optimizer(
             update_every=update_every,
             exponent=exponent,
             head=head,
+            **stat_kw,
             **common,
         )
     raise ValueError(f"unknown optimizer {name!r}; valid: {OPTIMIZERS + EXTRA_OPTIMIZERS}")
@@ -161,6 +170,7 @@ def default_grids(k: int) -> dict[str, list[float]]:
         "Muon": log_grid(0.01, 0.3, k),
         "SGD": log_grid(0.01, 0.3, k),
         "AdaptiveLMO": log_grid(0.01, 0.3, k),
+        SAME_BATCH: log_grid(0.01, 0.3, k),
     }
 
 
@@ -351,6 +361,30 @@ def paired_log_ratio(res: SweepResult, cand: str, base: str) -> PairedComparison
     m = statistics.fmean(diffs)
     half = t_quantile(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
     return PairedComparison(base, diffs, m, m - half, m + half)
+
+
+def stats_ablation(res: SweepResult, metric: str) -> tuple[dict[str, Any], str]:
+    """Metrics and a summary line comparing "AdaptiveLMO" (next-batch statistics, the default)
+    with :data:`SAME_BATCH` (paired).
+
+    The per-seed ``log(metric_AdaptiveLMO / metric_same_batch)`` at each one's selected lr,
+    with its 95% Student-t interval (for a loss, < 0 favours next-batch statistics; for an
+    accuracy, > 0 does). Also the same-batch runs' final exponents.
+    """
+    c = paired_log_ratio(res, "AdaptiveLMO", SAME_BATCH)
+    fin = final_exponents(res.runs[SAME_BATCH][res.best_lr[SAME_BATCH]])
+    metrics = {
+        "next_vs_same_batch_log_ratio_per_seed": c.per_seed,
+        "next_vs_same_batch_log_ratio_mean": c.mean,
+        "next_vs_same_batch_log_ratio_ci": [c.lo, c.hi],
+        **{f"same_batch_final_exponent[{k}]": v for k, v in fin.items()},
+    }
+    line = (
+        f"Next-batch (default) vs same-batch statistics (paired, not judged): log({metric} "
+        f"ratio) {c.mean:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}]; same-batch final exponents "
+        + ", ".join(f"{k}: {v:.2f}" for k, v in fin.items())
+    )
+    return metrics, line
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> list[str]:

@@ -25,6 +25,7 @@ from ._common import (
     final_exponents,
     markdown_table,
     plot_exponents,
+    stats_ablation,
     sweep,
     sweep_metrics,
     table_rows,
@@ -95,11 +96,13 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     )
     final_exp = final_exponents(runs_a)
     rows = table_rows(res, "acc")
+    abl_metrics, abl_line = stats_ablation(res, "accuracy")
     metrics: dict[str, Any] = {
         **sweep_metrics(res, "acc"),
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
         "better_baseline": best_base,
         "gap_to_better_baseline": res.test_mean["AdaptiveLMO"] - best_val,
+        **abl_metrics,
         "config": cfg,
     }
     summary = [
@@ -109,6 +112,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         *markdown_table(rows),
         "",
         "Final exponents: " + ", ".join(f"{k}: {v:.2f}" for k, v in final_exp.items()),
+        abl_line,
         f"AdaptiveLMO - better of Muon/AdamW ({best_base}): "
         f"{metrics['gap_to_better_baseline']:+.4f} (holds if >= -0.005).",
     ]

@@ -24,10 +24,12 @@ from torch import nn
 from shared_core.experiment import ExperimentResult, RunContext, run_experiment
 
 from ._common import (
+    SAME_BATCH,
     final_exponents,
     log_grid,
     markdown_table,
     plot_exponents,
+    stats_ablation,
     sweep,
     sweep_metrics,
     table_rows,
@@ -113,6 +115,7 @@ def grids(k: int) -> dict[str, list[float]]:
         "Muon": log_grid(0.01, 0.3, k),
         "SGD": log_grid(0.03, 1.0, k),
         "AdaptiveLMO": log_grid(0.01, 0.3, k),
+        SAME_BATCH: log_grid(0.01, 0.3, k),
     }
 
 
@@ -149,11 +152,13 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     )
     final_exp = final_exponents(runs_a)
     rows = table_rows(res, "loss")
+    abl_metrics, abl_line = stats_ablation(res, "loss")
     metrics: dict[str, Any] = {
         **sweep_metrics(res, "loss"),
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
         "better_baseline": best_base,
         "ratio_to_better_baseline": res.test_mean["AdaptiveLMO"] / best_val,
+        **abl_metrics,
         "config": cfg,
     }
     summary = [
@@ -163,6 +168,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         *markdown_table(rows),
         "",
         "Final exponents: " + ", ".join(f"{k}: {v:.2f}" for k, v in final_exp.items()),
+        abl_line,
         f"AdaptiveLMO / better of Muon and AdamW ({best_base}): "
         f"{metrics['ratio_to_better_baseline']:.3f} (holds if <= 1.02).",
     ]

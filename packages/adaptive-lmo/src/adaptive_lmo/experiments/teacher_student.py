@@ -46,6 +46,7 @@ from torch import nn
 from shared_core.experiment import ExperimentResult, RunContext, line_plot, run_experiment
 
 from ._common import (
+    SAME_BATCH,
     PairedComparison,
     RunOutput,
     final_exponents,
@@ -140,6 +141,7 @@ def grids(k: int) -> dict[str, list[float]]:
         "AdaptiveLMO a=1": lmo,
         "AdaptiveLMO a=0.5": lmo,
         "AdaptiveLMO per-layer best fixed": lmo,
+        SAME_BATCH: lmo,
     }
 
 
@@ -237,7 +239,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     comps: list[PairedComparison] = [paired_log_ratio(res, "AdaptiveLMO", b) for b in BASELINES]
     context = [
         paired_log_ratio(res, "AdaptiveLMO", b)
-        for b in ("AdaptiveLMO a=0.5", "AdaptiveLMO per-layer best fixed")
+        for b in ("AdaptiveLMO a=0.5", "AdaptiveLMO per-layer best fixed", SAME_BATCH)
     ]
     beats_all = all(c.significantly_lower for c in comps)
     holds = meaningful and beats_all
@@ -348,6 +350,7 @@ def sketch_bias(
     seeds: int = 4,
     start: int = 50,
     every: int = 10,
+    stats: str = "next_batch",
 ) -> dict[str, list[float]]:
     """Layer A's criterion exponent in a joint AdaptiveLMO run, with ``c`` from three sources.
 
@@ -355,8 +358,12 @@ def sketch_bias(
     ``start`` on, recomputes A's exponent from the optimizer's direction (Nesterov momentum)
     with the activation energies taken from: ``"same"``, the minibatch of that step (what the
     optimizer does); ``"independent"``, a fresh draw of ``x_A`` of the same size; ``"population"``,
-    the true covariance (identity, so ``c = 1``). ``"optimizer"`` is the exponent the optimizer
-    chose on that step (equal to ``"same"`` on criterion steps).
+    the true covariance (identity, so ``c = 1``); ``"next"``, the next step's minibatch (what
+    ``stats="next_batch"`` uses; no entry when the run ends first). ``"optimizer"`` is the
+    exponent the optimizer run with ``stats`` chose for that step's direction: on the same
+    step with ``stats="same_batch"`` (equal to ``"same"``), on the next step (paired with the
+    next minibatch, equal to ``"next"``) with ``stats="next_batch"``.
+    The replay follows that optimizer's trajectory.
 
     Example: ``python -c "from adaptive_lmo.experiments.teacher_student import sketch_bias as f;
     print({k: sum(v) / len(v) for k, v in f().items()})"``
@@ -365,16 +372,17 @@ def sketch_bias(
     from ._common import build_optimizer
 
     cfg = cfg or config(True)
-    out: dict[str, list[float]] = {"same": [], "independent": [], "population": [], "optimizer": []}
+    keys = ("same", "next", "independent", "population", "optimizer")
+    out: dict[str, list[float]] = {k: [] for k in keys}
     for seed in range(seeds):
         pb = make_problem(cfg, seed)
         model = _make_student(cfg, seed)
-        opt = build_optimizer("AdaptiveLMO", model, lr, head=None)
+        opt = build_optimizer("AdaptiveLMO", model, lr, head=None, stats=stats)
         X, Y = pb["train"]
         gen = torch.Generator().manual_seed(10_000 + seed)  # train_loop's data order
         fresh = torch.Generator().manual_seed(99 + seed)
         perm, pos, n, B = torch.randperm(X.shape[0], generator=gen), 0, X.shape[0], cfg["batch"]
-        W = model.A.weight
+        W, kept = model.A.weight, None
         for t in range(cfg["steps"]):
             if pos + B > n:
                 perm, pos = torch.randperm(n, generator=gen), 0
@@ -383,6 +391,12 @@ def sketch_bias(
             opt.zero_grad()
             F.mse_loss(model(X[idx]), Y[idx]).backward()
             opt.step()
+            if kept is not None:  # the step after a replayed one: its minibatch is new data
+                S0, Vh0 = kept
+                out["next"].append(choose_exponent(S0, curvature_along(Vh0, X[idx, : cfg["na"]])))
+                if stats == "next_batch":
+                    out["optimizer"].append(opt.geometry()["A.weight"]["exponent"])
+                kept = None
             if t < start or t % every:
                 continue
             P = (W.grad + 0.95 * opt.state[W]["momentum_buffer"]).double()
@@ -392,7 +406,9 @@ def sketch_bias(
             out["same"].append(choose_exponent(S, curvature_along(Vh, xa)))
             out["independent"].append(choose_exponent(S, curvature_along(Vh, xi)))
             out["population"].append(choose_exponent(S, torch.ones_like(S)))
-            out["optimizer"].append(opt.geometry()["A.weight"]["exponent"])
+            kept = (S, Vh)
+            if stats == "same_batch":
+                out["optimizer"].append(opt.geometry()["A.weight"]["exponent"])
     return out
 
 
