@@ -12,7 +12,8 @@ a log-uniform spectrum over five decades below :math:`L = 1` and :math:`x_1 - x^
   designed spectrum, labels drawn from a planted logistic model, so the data are not separable
   and :math:`x^\star` exists), :math:`d = 20`, :math:`n = 200`. The loss is Lipschitz, so
   :math:`E F(\bar x_T)` is finite whenever the noise has a finite mean, and the mean error is
-  the statistic the in-expectation theorem is about.
+  the statistic the in-expectation theorem is about. The same problem on real data
+  (scikit-learn's breast-cancer table) is the separate experiment ``breast_cancer``.
 
 Noise (the theorem's assumption, met): i.i.d. symmetric :math:`\alpha`-stable coordinates with
 :math:`\alpha = p + 0.1` (capped at 2), so :math:`E\|\xi\|_2^p` is **finite**; the noise is
