@@ -27,8 +27,9 @@ def test_cvrp_quick_path_on_tiny_config(tmp_path, monkeypatch):
     monkeypatch.setattr(cvrp, "config", lambda quick: tiny(quick))
     res = cvrp.run(RunContext(out_dir=tmp_path, quick=True, full=False, seed=0))
     assert isinstance(res.holds, bool) and len(res.plots) == 2
-    g = res.metrics["gaps_vs_savings"]
+    g = res.metrics["gaps"]
     # local search starts from each method's solution and only accepts improving moves
     for name in ("teacher greedy", "teacher multi-start", "portfolio greedy", "savings"):
         assert g[f"{name} + LS"] <= g[name] + 1e-4
-    assert abs(g["savings"]) < 1e-4  # the reference is the savings solution itself
+    # the reference is PyVRP's (near-optimal) solution: no method beats it by more than rounding
+    assert all(v >= -1e-4 for v in g.values())

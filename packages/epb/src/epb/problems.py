@@ -77,10 +77,15 @@ def random_tsp(batch: int, n: int, generator: torch.Generator | None = None) -> 
     return Instances(torch.rand(batch, n, 2, generator=generator))
 
 
+def cvrp_capacity(customers: int) -> float:
+    """Vehicle capacity (in demand units) used by :func:`random_cvrp` for ``customers`` nodes."""
+    return CVRP_CAPACITY.get(customers, 30.0 + 10.0 * (customers // 50))
+
+
 def random_cvrp(batch: int, customers: int, generator: torch.Generator | None = None) -> Instances:
     """``batch`` CVRP instances: depot + ``customers`` nodes uniform in the unit square, integer
     demands uniform in ``1..9`` divided by the capacity of :data:`CVRP_CAPACITY`."""
-    cap = CVRP_CAPACITY.get(customers, 30.0 + 10.0 * (customers // 50))
+    cap = cvrp_capacity(customers)
     coords = torch.rand(batch, customers + 1, 2, generator=generator)
     dem = torch.randint(1, 10, (batch, customers + 1), generator=generator).float() / cap
     dem[:, 0] = 0.0
