@@ -65,6 +65,7 @@ __all__ = [
     "SagawaGDRO",
     "exploration_rate",
     "fsq_bound",
+    "fsq_bound_hp",
     "importance_weighted_losses",
     "q_step_size",
 ]
@@ -177,6 +178,82 @@ def fsq_bound(
         (1 / lr_q + 2 * lr_q) * math.sqrt(var_sum * math.log(n_groups)) + math.log(n_groups) / q_cap
     )
     return 2 * (theta + q) / t
+
+
+#: the grid of Freedman parameters :math:`\lambda_k = 2^{-k}` the high-probability bound
+#: minimises over (a union bound over the grid and the groups).
+HP_GRID = 60
+
+
+def fsq_bound_hp(
+    t: int,
+    delta: float,
+    *,
+    kappa_sq_sum: float,
+    noise_sq_sum: float,
+    reg_radius: float,
+    radius: float,
+    grad_bound: float,
+    lr_theta: float,
+    loss_bound: float,
+    eta_q: float,
+    second_moment_sum: float,
+    inv_pi_sum: Tensor,
+    lag: float = 0.0,
+) -> float:
+    r"""A bound on the optimisation error that holds with probability at least ``1 - delta``.
+
+    .. math::
+
+        \varepsilon_t \le \frac1t\Big[\frac{R^2\sqrt{K_t+\lambda}}{2c_\theta}
+        + c_\theta G^2\sqrt{K_t}
+        + D\sqrt{2 N_t\log(4/\delta)} + D\sqrt{2 N_t\log(8/\delta)}
+        + B\Big(\frac{\log m}{\eta_t} + A_t + \sqrt{\tfrac12 K_t\log(4/\delta)}
+        + \max_i\min_k\big(\lambda_k W_{t,i} + \frac{\log(4mk_{\max}/\delta)}{\lambda_k}\big)
+        \Big)\Big]
+
+    with :math:`N_t = G^2\sum_{j\le t}(\kappa_j+1)^2` (``noise_sq_sum``), :math:`A_t =
+    \sum_j\eta_j\sum_i q_{j,i}\hat\ell_{j,i}^2` (``second_moment_sum``, observed),
+    :math:`W_{t,i} = \sum_j 1/\pi_{j,i}` (``inv_pi_sum``), :math:`\lambda_k = 2^{-k}`,
+    :math:`k < k_{\max}` = :data:`HP_GRID`, :math:`\eta_t` the last ``q`` step (``eta_q``).
+    Derivation: README, "High-probability bound". Every term is computable after round ``t``;
+    the bound is data-dependent (it uses the realised :math:`A_t, W_t, K_t`), which the
+    supermartingale arguments allow.
+
+    Example:
+        >>> w = torch.full((3,), 100.0)
+        >>> kw = dict(kappa_sq_sum=100.0, noise_sq_sum=400.0, reg_radius=2, radius=1,
+        ...           grad_bound=1, lr_theta=1.4, loss_bound=1, eta_q=0.1,
+        ...           second_moment_sum=5.0, inv_pi_sum=w)
+        >>> fsq_bound_hp(100, 0.01, **kw) > fsq_bound_hp(100, 0.1, **kw)
+        True
+    """
+    if t < 1:
+        raise ValueError(f"the bound needs t >= 1, got {t}")
+    if not (0 < delta < 1):
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    m = int(inv_pi_sum.numel())
+    theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
+        2 * lr_theta
+    ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
+    # player 1's noise: a scalar Azuma term and the norm of a Hilbert-space martingale (Pinelis)
+    noise = (
+        radius
+        * math.sqrt(2 * noise_sq_sum)
+        * (math.sqrt(math.log(4 / delta)) + math.sqrt(math.log(8 / delta)))
+    )
+    # player 2: regret on the estimates (observed), the played-mixture martingale (Azuma), and
+    # the per-group underestimation (exponential supermartingale, union over groups and grid)
+    lam = torch.tensor([2.0**-k for k in range(HP_GRID)], dtype=torch.float64)
+    log_term = math.log(4 * m * HP_GRID / delta)
+    dev = lam[None, :] * inv_pi_sum.to(torch.float64)[:, None] + log_term / lam[None, :]
+    q = (
+        math.log(m) / eta_q
+        + second_moment_sum
+        + math.sqrt(0.5 * kappa_sq_sum * math.log(4 / delta))
+        + float(dev.min(dim=1).values.max())
+    )
+    return (theta + noise + loss_bound * q) / t
 
 
 def _positive(name: str, value: Any, allow_none: bool = False) -> float | None:
@@ -576,6 +653,10 @@ class GDROFSQ(GroupGame):
             for group in self.param_groups:
                 group["lr_theta"] = self.reg_radius / (math.sqrt(2) * self.grad_bound)
         self.game["est_sum"] = torch.zeros(n_groups, dtype=torch.float64)
+        # for the high-probability bound (fsq_bound_hp)
+        self.game["second_moment_sum"] = 0.0
+        self.game["inv_pi_sum"] = torch.zeros(n_groups, dtype=torch.float64)
+        self.game["noise_sq_sum"] = 0.0
         self.game["eta_cap"] = 1.0
         self.game["eta_q"] = math.nan
         self.game["gamma"] = math.nan
@@ -605,6 +686,11 @@ class GDROFSQ(GroupGame):
     def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
         est = importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
         self.game["est_sum"] = self.game["est_sum"] + est
+        q = self.game["q"]
+        self.game["second_moment_sum"] += float(self.game["eta_q"] * (q * est**2).sum())
+        self.game["inv_pi_sum"] = self.game["inv_pi_sum"] + 1.0 / query.pi.to(torch.float64)
+        kappa = max_weight_sum(q, query.pi, query.r)
+        self.game["noise_sq_sum"] += (kappa + 1.0) ** 2 * (self.grad_bound or 0.0) ** 2
         self.game["var_sum"] += self.n_groups / query.r
         self.game["eta_cap"] = min(self.game["eta_cap"], self._step_cap(query.r))
 
@@ -628,6 +714,30 @@ class GDROFSQ(GroupGame):
             loss_bound=self.loss_bound,
             lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
             q_cap=self.game["eta_cap"],
+        )
+
+    def bound_hp(self, delta: float = 0.1) -> float:
+        """:func:`fsq_bound_hp` at the current round: holds with probability ``1 - delta``."""
+        if self.radius is None or self.grad_bound is None:
+            raise ValueError("the bound needs radius and grad_bound")
+        if not self.explore:
+            raise ValueError("the bound needs the exploration (explore=True)")
+        if self.t == 0:
+            raise ValueError("the bound is defined after the first round")
+        return fsq_bound_hp(
+            self.t,
+            delta,
+            kappa_sq_sum=self.game["kappa_sq_sum"],
+            noise_sq_sum=self.game["noise_sq_sum"],
+            reg_radius=self.reg_radius,
+            radius=self.radius,
+            grad_bound=self.grad_bound,
+            lr_theta=self.param_groups[0]["lr_theta"],
+            loss_bound=self.loss_bound,
+            eta_q=self.game["eta_q"],
+            second_moment_sum=self.game["second_moment_sum"],
+            inv_pi_sum=self.game["inv_pi_sum"],
+            lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
         )
 
 
