@@ -112,3 +112,30 @@ def test_lds_digits_tiny_with_dattri(tmp_path, monkeypatch):
     res = lds_digits.run(RunContext(out_dir=tmp_path, quick=True, full=False, seed=0), dict(TINY))
     assert res.holds is False  # the claim is judged against traker, absent here
     assert -1 <= res.metrics["k=8 J=2 dattri"] <= 1
+
+
+def test_dattri_margin_fns_stable_where_the_p_form_overflows():
+    # both forms are the multi-class margin; checked against a float64 logsumexp reference.
+    # At a large margin the log p - log(1 - p) form overflows in float32, the stable one not.
+    net = torch.nn.Linear(5, 7)
+    params = dict(net.named_parameters())
+    gen = torch.Generator().manual_seed(3)
+    stable, _ = _dattri.margin_fns(net, stable=True)
+    p_form, prob = _dattri.margin_fns(net, stable=False)
+    for scale, overflows in [(0.3, False), (200.0, True)]:
+        x = scale * torch.randn(5, generator=gen)
+        logits = net(x[None])[0].detach().double()
+        label = torch.tensor(int(logits.argmax()))
+        others = torch.cat([logits[:label], logits[label + 1 :]])
+        ref = float(logits[label] - others.logsumexp(0))
+        got = torch.func.grad(stable)(params, (x, label))
+        assert float(stable(params, (x, label))) == pytest.approx(ref, rel=1e-5, abs=1e-5)
+        assert all(bool(g.isfinite().all()) for g in got.values())
+        if overflows:
+            assert ref > 20
+            assert not bool(torch.isfinite(p_form(params, (x, label))))
+        else:
+            assert float(p_form(params, (x, label))) == pytest.approx(ref, rel=1e-4, abs=1e-4)
+            assert float(prob(params, (x, label))) == pytest.approx(
+                float(torch.softmax(logits, 0)[label]), rel=1e-5
+            )

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..gradients import margin
+
 
 def available() -> bool:
     try:
@@ -15,6 +17,34 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def margin_fns(model: nn.Module, stable: bool = True):
+    """(margin_fn, prob_fn) in dattri's ``(params, (x, y))`` form for one example.
+
+    ``stable``: the margin ``l_y - logsumexp_{c != y} l_c`` (:func:`trak_theory.gradients.margin`,
+    the output function of this package and of traker). Otherwise ``log p - log(1 - p)`` with
+    ``log p = -CE``, the same function written through ``p``: in float32 ``1 - p`` rounds to 0
+    once the margin exceeds about 17, the margin becomes ``inf`` and its gradient non-finite;
+    after dattri's ``nan_to_num`` such targets got all-zero scores in lds-digits (LDS
+    undefined).
+    """
+    ce = nn.CrossEntropyLoss()
+
+    def margin_fn(params, data):
+        image, label = data
+        out = torch.func.functional_call(model, params, image.unsqueeze(0))
+        if stable:
+            return margin(out[0], label)
+        logp = -ce(out, label.unsqueeze(0))
+        return logp - torch.log(1 - torch.exp(logp))
+
+    def prob_fn(params, data):
+        image, label = data
+        out = torch.func.functional_call(model, params, image.unsqueeze(0))
+        return torch.exp(-ce(out, label.unsqueeze(0)))
+
+    return margin_fn, prob_fn
 
 
 def dattri_scores_for(
@@ -28,12 +58,15 @@ def dattri_scores_for(
     model_counts: list[int],
     batch_size: int = 100,
     regularization: float = 0.0,
+    stable_margin: bool = True,
 ) -> dict[int, np.ndarray]:
     """dattri 0.3's ``TRAKAttributor`` scores, (targets, train), for the first J models.
 
     Settings: CPU, its default projector (``random_project``, seed 0, per-model
-    ``ensemble_id``), its default ridge 0 unless ``regularization`` is given, the margin
-    ``log p - log(1 - p)`` as the output function and ``p`` as the correct-class probability.
+    ``ensemble_id``), its default ridge 0 unless ``regularization`` is given, ``p`` as the
+    correct-class probability and the margin as the output function (see :func:`margin_fns`;
+    ``stable_margin=False`` uses the ``log p - log(1 - p)`` form, which overflows on confident
+    examples).
     One attributor per J (dattri ensembles over all the checkpoints it is given). The
     projector arguments are passed in full every time: dattri updates a module-level default
     dict in place, so leftovers of an earlier call would otherwise leak in.
@@ -41,18 +74,7 @@ def dattri_scores_for(
     from dattri.algorithm.trak import TRAKAttributor
     from dattri.task import AttributionTask
 
-    ce = nn.CrossEntropyLoss()
-
-    def margin_fn(params, data):
-        image, label = data
-        out = torch.func.functional_call(model, params, image.unsqueeze(0))
-        logp = -ce(out, label.unsqueeze(0))
-        return logp - torch.log(1 - torch.exp(logp))
-
-    def prob_fn(params, data):
-        image, label = data
-        out = torch.func.functional_call(model, params, image.unsqueeze(0))
-        return torch.exp(-ce(out, label.unsqueeze(0)))
+    margin_fn, prob_fn = margin_fns(model, stable_margin)
 
     def loader(a, b):
         ds = torch.utils.data.TensorDataset(a, b)
