@@ -38,7 +38,9 @@ def test_stiefel_stays_orthonormal_over_1000_float32_steps(metric, retraction, g
         x = St.retr(x, 0.3 * u / St.norm(x, u))
         worst = max(worst, float(torch.linalg.matrix_norm(x.mT @ x - eye)))
     assert x.dtype == torch.float32
-    assert worst < 1e-6, worst
+    # One retraction's rounding: Householder QR / polar are orthonormal to about m*n*eps; a
+    # drift that accumulates over the 1000 steps would be orders of magnitude above it.
+    assert worst < 7 * 3 * torch.finfo(torch.float32).eps, worst
 
 
 def test_stiefel_qr_retraction_is_the_positive_diagonal_qr(gen):

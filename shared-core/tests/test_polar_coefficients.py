@@ -36,7 +36,21 @@ def _poly(abc, x):
 
 
 def test_derivation_reproduces_the_stored_table():
-    assert polar_express_coefficients(1e-3, 8) == NS_TABLES["polar_express"]
+    # Equal up to the rounding of the derivation: each Remez step solves a 4x4 system in
+    # (x, x^3, x^5) on [l, u] with l down to 1e-3, whose conditioning turns float64 rounding
+    # (it depends on the LAPACK build and its summation order) into ~1e-10 relative
+    # differences, measured 6e-11 between two runs here. What the table is for, the composed
+    # polynomial's deviation from sign(x), must then agree far more tightly than it matters.
+    derived = polar_express_coefficients(1e-3, 8)
+    assert len(derived) == len(NS_TABLES["polar_express"])
+    for got, want in zip(derived, NS_TABLES["polar_express"], strict=True):
+        assert got == pytest.approx(want, rel=1e-9, abs=0)
+    x = torch.linspace(1e-3, 1.0, 20_001, dtype=torch.float64)
+    y_derived, y_stored = x.clone(), x.clone()
+    for (a, b, c), (a2, b2, c2) in zip(derived, NS_TABLES["polar_express"], strict=True):
+        y_derived = a * y_derived + b * y_derived**3 + c * y_derived**5
+        y_stored = a2 * y_stored + b2 * y_stored**3 + c2 * y_stored**5
+    assert float((y_derived - y_stored).abs().max()) < 1e-8
 
 
 def test_derivation_matches_the_published_polynomials():

@@ -15,10 +15,10 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, os.path.dirname(__file__))
-import _dist_worker as W  # noqa: E402
+import _dist_worker as W
 
-from imuon import IMuon, tag  # noqa: E402
-from imuon.lora import imuon_param_groups  # noqa: E402
+from imuon import IMuon, tag
+from imuon.lora import imuon_param_groups
 
 
 def main() -> int:
