@@ -44,7 +44,7 @@ from shared_core.experiment import (
 from ..loo_nn import NetworkObjective, exact_loo_network, linearized_loo, min_hessian_eig
 from ..projector import SketchProjector
 from ..scores import alo_scores, trak_scores
-from .separation import diagnostics
+from .separation import record_estimates
 
 LAM = 0.5
 D_IN, CLASSES = 6, 3
@@ -107,22 +107,13 @@ def run(ctx: RunContext, hidden: int | None = None, m: int | None = None) -> Exp
         phi_k = proj.project(phi.float()).double()
         phit_k = proj.project(phit.float()).double()
         trak_k = trak_scores(phi_k, phit_k, q, LAM)
-        for name, est in (
+        estimates = [
             ("linearised LOO", lin),
             ("ALO", alo),
             ("TRAK (k=p, ridge=lambda)", trak_full),
             (f"TRAK (k={p // 2}, ridge=lambda)", trak_k),
-        ):
-            d = diagnostics(est, exact)
-            table.append(
-                {"regime": tag, "n": n, "method": name, **{k: round(v, 4) for k, v in d.items()}}
-            )
-            for key, val in d.items():
-                metrics[f"{tag} {name} {key}"] = val
-        d_full = diagnostics(trak_full, exact)
-        ok = d_full["rel_error"] > 0.3 and d_full["auc_top10"] >= 0.9
-        verdicts.append(ok)
-        metrics[f"{tag} claim_holds"] = ok
+        ]
+        verdicts.append(record_estimates(tag, n, estimates, exact, table, metrics))
         scale = float(exact.abs().mean())
         parts = {
             "linearisation (lin - exact)": (lin - exact) / scale,
