@@ -694,14 +694,17 @@ class GDROFSQ(GroupGame):
         self.game["var_sum"] += self.n_groups / query.r
         self.game["eta_cap"] = min(self.game["eta_cap"], self._step_cap(query.r))
 
-    def bound(self) -> float:
-        """:func:`fsq_bound` at the current round (needs ``radius`` and ``grad_bound``)."""
+    def _check_bound_ready(self) -> None:
         if self.radius is None or self.grad_bound is None:
             raise ValueError("the bound needs radius and grad_bound")
         if not self.explore:
             raise ValueError("the bound needs the exploration (explore=True)")
         if self.t == 0:
             raise ValueError("the bound is defined after the first round")
+
+    def bound(self) -> float:
+        """:func:`fsq_bound` at the current round (needs ``radius`` and ``grad_bound``)."""
+        self._check_bound_ready()
         return fsq_bound(
             self.t,
             self.game["var_sum"],
@@ -718,12 +721,7 @@ class GDROFSQ(GroupGame):
 
     def bound_hp(self, delta: float = 0.1) -> float:
         """:func:`fsq_bound_hp` at the current round: holds with probability ``1 - delta``."""
-        if self.radius is None or self.grad_bound is None:
-            raise ValueError("the bound needs radius and grad_bound")
-        if not self.explore:
-            raise ValueError("the bound needs the exploration (explore=True)")
-        if self.t == 0:
-            raise ValueError("the bound is defined after the first round")
+        self._check_bound_ready()
         return fsq_bound_hp(
             self.t,
             delta,

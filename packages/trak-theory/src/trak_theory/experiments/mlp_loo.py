@@ -44,7 +44,7 @@ from shared_core.experiment import (
 from ..loo_nn import NetworkObjective, exact_loo_network, linearized_loo, min_hessian_eig
 from ..projector import SketchProjector
 from ..scores import alo_scores, trak_scores
-from .separation import record_estimates
+from .separation import diagnostics_table, record_estimates
 
 LAM = 0.5
 D_IN, CLASSES = 6, 3
@@ -144,15 +144,7 @@ def run(ctx: RunContext, hidden: int | None = None, m: int | None = None) -> Exp
         f"6-{hidden}-3 tanh MLP (p={p}), {m} targets, ridge {LAM}; exact LOO by Newton "
         "retraining of every point from the full-data optimum.",
         "",
-        "| regime | method | rel. error | after rescaling | Spearman | Kendall | top-k "
-        "| AUC top-10% |",
-        "|---|---|---|---|---|---|---|---|",
-        *[
-            f"| {r['regime']} | {r['method']} | {r['rel_error']} | "
-            f"{r['rel_error_after_rescaling']} | {r['spearman']} | {r['kendall']} | "
-            f"{r['topk_overlap']} | {r['auc_top10']} |"
-            for r in table
-        ],
+        *diagnostics_table(table),
         "",
         "Error decomposition, mean |term| / mean |exact LOO|:",
         "",

@@ -78,6 +78,21 @@ def diagnostics(est: torch.Tensor, truth: torch.Tensor) -> dict[str, float]:
     }
 
 
+def diagnostics_table(table: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines of the rows :func:`record_estimates` collected."""
+    return [
+        "| regime | method | rel. error | after rescaling | Spearman | Kendall | top-k "
+        "| AUC top-10% |",
+        "|---|---|---|---|---|---|---|---|",
+        *[
+            f"| {r['regime']} | {r['method']} | {r['rel_error']} | "
+            f"{r['rel_error_after_rescaling']} | {r['spearman']} | {r['kendall']} | "
+            f"{r['topk_overlap']} | {r['auc_top10']} |"
+            for r in table
+        ],
+    ]
+
+
 def record_estimates(
     tag: str,
     n: int,
@@ -203,15 +218,7 @@ def run(ctx: RunContext, p: int | None = None, m: int | None = None) -> Experime
     lines = [
         f"p={p}, {m} targets, training ridge {LAM}; exact LOO by retraining every point.",
         "",
-        "| regime | method | rel. error | after rescaling | Spearman | Kendall | top-k "
-        "| AUC top-10% |",
-        "|---|---|---|---|---|---|---|---|",
-        *[
-            f"| {r['regime']} | {r['method']} | {r['rel_error']} | "
-            f"{r['rel_error_after_rescaling']} | {r['spearman']} | {r['kendall']} | "
-            f"{r['topk_overlap']} | {r['auc_top10']} |"
-            for r in table
-        ],
+        *diagnostics_table(table),
         "",
         "Where separation breaks down (AUC near 0.5 = chance):",
         *breakdown,
