@@ -10,6 +10,7 @@ from shared_core.polar import (
     NS_TABLES,
     auto_method,
     eigh_sign,
+    gram_polar,
     msign,
     newton_schulz,
     normalize_frobenius,
@@ -107,7 +108,7 @@ def test_svd_dtype_request(gen):
         msign(G, method="svd", dtype=torch.bfloat16)
 
 
-@pytest.mark.parametrize("method", ["polar_express", "muon", "svd"])
+@pytest.mark.parametrize("method", ["polar_express", "muon", "svd", "gram"])
 def test_tall_wide_and_batched(method, gen):
     G = torch.randn(2, 2, 45, 19, generator=gen)
     Q = msign(G, method=method)
@@ -117,6 +118,45 @@ def test_tall_wide_and_batched(method, gen):
             torch.testing.assert_close(Q[i, j], msign(G[i, j], method=method))
     # Wide input is handled through the same (smaller) Gram: msign(G^T) = msign(G)^T.
     torch.testing.assert_close(msign(G.mT, method=method), Q.mT)
+
+
+@pytest.mark.parametrize("shape", [(301, 7), (13, 257), (2, 97, 33)])
+@pytest.mark.parametrize("cond", [1e1, 1e4])
+def test_gram_path_matches_the_float64_svd_of_the_same_data(shape, cond, gen):
+    # Conditioned float32 input; the oracle is numpy's float64 SVD of the very same numbers.
+    m, n = shape[-2:]
+    k = min(m, n)
+    u = torch.linalg.qr(torch.randn(*shape[:-2], max(m, n), k, generator=gen, dtype=torch.float64))[
+        0
+    ]
+    v = torch.linalg.qr(torch.randn(*shape[:-2], k, k, generator=gen, dtype=torch.float64))[0]
+    s = torch.logspace(0, -np.log10(cond), k, dtype=torch.float64)
+    G64 = (u * s) @ v.mT
+    G = (G64 if m >= n else G64.mT).float()
+    Q = gram_polar(G)
+    assert Q.dtype == torch.float32 and Q.shape == G.shape
+    flat_g, flat_q = G.reshape(-1, m, n), Q.reshape(-1, m, n)
+    for g, q in zip(flat_g, flat_q, strict=True):
+        # Computed in float64 throughout: float32 round-off of the result, whatever cond.
+        assert _rel(q, _polar64(g)) <= 4 * torch.finfo(torch.float32).eps
+    torch.testing.assert_close(msign(G, method="gram"), Q)
+
+
+def test_gram_path_maps_numerically_zero_singular_values_to_zero(gen):
+    u = torch.randn(40, 3, generator=gen, dtype=torch.float64)
+    v = torch.randn(3, 9, generator=gen, dtype=torch.float64)
+    G = u @ v  # rank 3 of 9: six singular values are round-off
+    Q = gram_polar(G)
+    U, s, Vh = np.linalg.svd(G.numpy(), full_matrices=False)
+    ref = torch.from_numpy(U[:, :3] @ Vh[:3])
+    torch.testing.assert_close(Q, ref, atol=1e-10, rtol=0)
+    # Still a polar decomposition of G with a positive semidefinite factor of rank 3.
+    H = Q.T @ G
+    torch.testing.assert_close(Q @ H, G, atol=1e-10, rtol=0)
+    assert torch.linalg.matrix_rank(Q).item() == 3
+    # A cut-off above the smallest true singular value drops that direction too.
+    keep2 = gram_polar(G, rtol=float(s[2] / s[0]) * 1.01)
+    torch.testing.assert_close(keep2, torch.from_numpy(U[:, :2] @ Vh[:2]), atol=1e-10, rtol=0)
 
 
 def test_batched_matches_reference_per_matrix(gen):
@@ -261,7 +301,7 @@ def test_auto_method_rule(gen):
 
 def test_bad_arguments_raise_value_errors(gen):
     G = torch.randn(6, 4, generator=gen)
-    with pytest.raises(ValueError, match="valid methods: 'auto', 'svd', 'eigh', 'muon'"):
+    with pytest.raises(ValueError, match="valid methods: 'auto', 'svd', 'eigh', 'gram', 'muon'"):
         msign(G, method="qr")
     with pytest.raises(ValueError, match="steps applies"):
         msign(G, method="svd", steps=3)

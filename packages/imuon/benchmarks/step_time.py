@@ -50,9 +50,12 @@ def _state_bytes(opt) -> int:
     )
 
 
-def _pair_case(name, cand_params, cand_groups, base_params, repeats, device, extra=None):
-    # Same 5 Newton-Schulz steps in bf16 as torch.optim.Muon (its coefficients and dtype).
-    cand = IMuon(cand_groups, lr=0.01, polar="muon", polar_dtype=torch.bfloat16)
+# Same 5 Newton-Schulz steps in bf16 as torch.optim.Muon (its coefficients and dtype).
+SAME_NS = {"polar": "muon", "polar_dtype": torch.bfloat16}
+
+
+def _pair_case(name, cand_params, cand_groups, base_params, repeats, device, extra=None, cand=None):
+    cand = IMuon(cand_groups, lr=0.01, **(SAME_NS if cand is None else cand))
     base = torch.optim.Muon(base_params, lr=0.01)
     res = compare(
         cand.step,
@@ -88,17 +91,20 @@ def main(argv=None) -> int:
     big, ranks = (1024, [8, 32]) if q else (4096, [8, 64])
     for r in ranks:
         a, b = torch.randn(big, r, device=dev), torch.randn(big, r, device=dev)
-        pa, pb = _param(a), _param(b)
-        results.append(
-            _pair_case(
-                f"fixed-rank LoRA {big}x{big} r={r}",
-                None,
-                [{"params": [pa, pb], "manifold": "fixed_rank"}],
-                [_param(a), _param(b)],
-                reps,
-                dev,
+        # Two candidates: IMuon with Muon's own Newton-Schulz, and IMuon's defaults (exact
+        # polar factors: SVD up to r = 32, the Gram route for the elongated blocks above).
+        for label, kw in (("same NS as Muon", None), ("IMuon defaults", {})):
+            results.append(
+                _pair_case(
+                    f"fixed-rank LoRA {big}x{big} r={r} ({label})",
+                    None,
+                    [{"params": [_param(a), _param(b)], "manifold": "fixed_rank"}],
+                    [_param(a), _param(b)],
+                    reps,
+                    dev,
+                    cand=kw,
+                )
             )
-        )
 
     n_spd = 128 if q else 512
     s = SPD(n_spd).random_point(device=dev)

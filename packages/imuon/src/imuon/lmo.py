@@ -35,9 +35,13 @@ __all__ = [
     "euclidean_lmo",
     "fixed_rank_lift",
     "fixed_rank_lmo",
+    "fixed_rank_lmo_lifted",
+    "fixed_rank_lmo_of_blocks",
     "fixed_rank_proju",
     "fixed_rank_rgrad",
     "grassmann_lmo",
+    "horizontal_part",
+    "horizontal_split",
     "intrinsic_norm",
     "spd_lift",
     "spd_lmo",
@@ -238,14 +242,31 @@ def fixed_rank_lift(x, xi, lift: str = "horizontal", frames=None) -> list[Tensor
     are equal); ``"total"`` keeps :math:`\mathrm{diag}(\eta_A, \eta_B)` (the factor space).
     """
     qa, ra, qb, rb = frames if frames is not None else _frames(x)
-    eta_a, eta_b = xi[0] @ rb.mT, xi[1] @ ra.mT
+    return _lift_blocks(qa, qb, xi[0] @ rb.mT, xi[1] @ ra.mT, lift)
+
+
+def horizontal_split(qa: Tensor, qb: Tensor, eta_a: Tensor, eta_b: Tensor):
+    r"""Split an L-coordinate pair into ``(K, C_A, C_B)``: :math:`K = \tfrac12(Q_A^\top\eta_A
+    + \eta_B^\top Q_B)` and the complements :math:`C_A = (I - Q_AQ_A^\top)\eta_A`,
+    :math:`C_B = (I - Q_BQ_B^\top)\eta_B`.
+
+    The horizontal part is :math:`(C_A + Q_AK,\ C_B + Q_BK^\top)` and the horizontal lift is
+    :math:`\mathrm{diag}(\sqrt2K, C_A, C_B)`. Both read only the horizontal part of the input:
+    ``K`` averages out the vertical :math:`(Q_AJ, -Q_BJ^\top)` and the complements never see
+    it, so a pair that is not yet horizontal needs no projection first.
+    """
+    ka, kb = qa.mT @ eta_a, qb.mT @ eta_b
+    k = 0.5 * (ka + kb.mT)
+    return k, eta_a - qa @ ka, eta_b - qb @ kb
+
+
+def _lift_blocks(qa: Tensor, qb: Tensor, eta_a: Tensor, eta_b: Tensor, lift: str) -> list[Tensor]:
     if lift == "total":
         return [eta_a, eta_b]
     if lift != "horizontal":
         raise ValueError(f"unknown fixed-rank lift {lift!r}; use 'horizontal' or 'total'")
-    ka, kb = qa.mT @ eta_a, qb.mT @ eta_b
-    k = 0.5 * (ka + kb.mT)
-    return [_SQRT2 * k, eta_a - qa @ ka, eta_b - qb @ kb]
+    k, ca, cb = horizontal_split(qa, qb, eta_a, eta_b)
+    return [_SQRT2 * k, ca, cb]
 
 
 def fixed_rank_lmo(
@@ -302,8 +323,49 @@ def fixed_rank_lmo(
         True
     """
     frames = frames if frames is not None else _frames(x)
+    _, ra, _, rb = frames
+    eta = (rgrad[0] @ rb.mT, rgrad[1] @ ra.mT)
+    return fixed_rank_lmo_lifted(frames, eta, norm, lift, polar, dual, polar_dtype)
+
+
+def fixed_rank_lmo_lifted(
+    frames,
+    eta,
+    norm: object = "spectral",
+    lift: str = "horizontal",
+    polar="auto",
+    dual=False,
+    polar_dtype=None,
+) -> Factors:
+    r""":func:`fixed_rank_lmo` for a direction already in L-coordinates.
+
+    ``eta = (\xi_A R_B^\top, \xi_B R_A^\top)`` with the frames ``(Q_A, R_A, Q_B, R_B)`` of
+    :func:`fixed_rank_frames`; a non-horizontal ``eta`` gives the LMO of its horizontal part.
+    This is the optimizer's entry point: it keeps the momentum in these coordinates for one
+    step and so skips the round trip through the factors.
+
+    Returns:
+        :class:`~shared_core.manifolds.Factors` ``(xi_A, xi_B)``, as :func:`fixed_rank_lmo`.
+    """
+    blocks = _lift_blocks(frames[0], frames[2], eta[0], eta[1], lift)
+    return fixed_rank_lmo_of_blocks(frames, blocks, norm, lift, polar, dual, polar_dtype)
+
+
+def fixed_rank_lmo_of_blocks(
+    frames,
+    blocks,
+    norm: object = "spectral",
+    lift: str = "horizontal",
+    polar="auto",
+    dual=False,
+    polar_dtype=None,
+) -> Factors:
+    r""":func:`fixed_rank_lmo` from the lifted blocks: ``[sqrt(2) K, C_A, C_B]`` of
+    :func:`horizontal_split` (``"horizontal"``) or the horizontal pair ``[eta_A, eta_B]``
+    (``"total"``). The optimizer builds the blocks together with its momentum so that the
+    products with the frames are taken once.
+    """
     qa, ra, qb, rb = frames
-    blocks = fixed_rank_lift(x, rgrad, lift, frames)
     ds = block_lmo(blocks, norm, polar, polar_dtype)
     if dual:
         ds = dual_scale(blocks, ds)
@@ -320,12 +382,15 @@ def fixed_rank_lmo(
     return Factors(xi_a, xi_b)
 
 
-def _horizontal_eta(qa: Tensor, qb: Tensor, eta_a: Tensor, eta_b: Tensor):
-    # In L-coordinates the vertical vectors are (Q_A J, -Q_B J^T); removing them leaves
-    # Q_A^T eta_A = eta_B^T Q_B = K, the average of the two.
-    ka, kb = qa.mT @ eta_a, qb.mT @ eta_b
-    k = 0.5 * (ka + kb.mT)
-    return eta_a - qa @ (ka - k), eta_b - qb @ (kb - k.mT)
+def horizontal_part(qa: Tensor, qb: Tensor, eta_a: Tensor, eta_b: Tensor):
+    r"""Horizontal part of an L-coordinate pair ``(eta_A, eta_B)`` given the frames ``Q_A, Q_B``.
+
+    In L-coordinates the vertical vectors are :math:`(Q_AJ, -Q_BJ^\top)`; removing them (an
+    orthogonal projection, the metric being Frobenius there) leaves
+    :math:`Q_A^\top\eta_A = \eta_B^\top Q_B = K`, the average of the two.
+    """
+    k, ca, cb = horizontal_split(qa, qb, eta_a, eta_b)
+    return ca + qa @ k, cb + qb @ k.mT
 
 
 def fixed_rank_rgrad(x, egrad, frames=None) -> Factors:
@@ -340,18 +405,18 @@ def fixed_rank_rgrad(x, egrad, frames=None) -> Factors:
     qa, ra, qb, rb = frames if frames is not None else _frames(x)
     eta_a = torch.linalg.solve_triangular(rb, egrad[0], upper=True, left=False)
     eta_b = torch.linalg.solve_triangular(ra, egrad[1], upper=True, left=False)
-    eta_a, eta_b = _horizontal_eta(qa, qb, eta_a, eta_b)
+    eta_a, eta_b = horizontal_part(qa, qb, eta_a, eta_b)
     return Factors(
         torch.linalg.solve_triangular(rb.mT, eta_a, upper=False, left=False),
         torch.linalg.solve_triangular(ra.mT, eta_b, upper=False, left=False),
     )
 
 
-def fixed_rank_proju(x, v) -> Factors:
+def fixed_rank_proju(x, v, frames=None) -> Factors:
     """Horizontal projection (g-orthogonal) at ``x``, in QR coordinates (see
     :func:`fixed_rank_rgrad`); the vector transport of the fixed-rank momentum."""
-    qa, ra, qb, rb = _frames(x)
-    eta_a, eta_b = _horizontal_eta(qa, qb, v[0] @ rb.mT, v[1] @ ra.mT)
+    qa, ra, qb, rb = frames if frames is not None else _frames(x)
+    eta_a, eta_b = horizontal_part(qa, qb, v[0] @ rb.mT, v[1] @ ra.mT)
     return Factors(
         torch.linalg.solve_triangular(rb.mT, eta_a, upper=False, left=False),
         torch.linalg.solve_triangular(ra.mT, eta_b, upper=False, left=False),

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from shared_core.lmo.schatten import check_p, dual_exponent
-from shared_core.polar import msign
+from shared_core.polar import gram_polar, msign
 
 __all__ = [
     "NormSpec",
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 _NAMES = ("spectral", "frobenius", "nuclear")
-POLAR_METHODS = ("auto", "svd", "polar_express", "muon", "rms5")
+POLAR_METHODS = ("auto", "svd", "gram", "polar_express", "muon", "rms5")
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,15 @@ def parse_norm(norm: object) -> NormSpec:
 
 
 def resolve_polar(method: str, G: Tensor) -> str:
-    """The polar route for ``G``: ``"svd"`` (exact, zero singular values kept at zero) or a
-    Newton-Schulz table of :func:`shared_core.polar.msign`.
+    """The polar route for ``G``: ``"svd"`` (exact, zero singular values kept at zero),
+    ``"gram"`` (exact for elongated matrices, through the eigendecomposition of the small Gram
+    matrix, :func:`shared_core.polar.gram_polar`) or a Newton-Schulz table of
+    :func:`shared_core.polar.msign`.
 
-    ``"auto"`` takes the exact SVD for float64 and for small or tall-skinny CPU matrices
-    (where it is as fast as Newton-Schulz) and Polar Express otherwise.
+    ``"auto"`` takes the exact SVD for float64 and for small matrices (``min(m, n) <= 32``), the
+    Gram route for elongated (aspect ratio >= 16) CPU matrices, where it is several times
+    faster than both the SVD and Newton-Schulz (4096x64: ~1.5 ms vs 9 ms and 2.3 ms for five
+    bf16 steps, one thread), and Polar Express otherwise.
     """
     if method not in POLAR_METHODS:
         raise ValueError(f"unknown polar method {method!r}; use one of {POLAR_METHODS}")
@@ -104,7 +108,7 @@ def resolve_polar(method: str, G: Tensor) -> str:
     if G.dtype == torch.float64 or small <= 32:
         return "svd"
     if G.device.type == "cpu" and big >= 16 * small:
-        return "svd"
+        return "gram"
     return "polar_express"
 
 
@@ -139,6 +143,9 @@ def _polar(G: Tensor, method: str, dtype: torch.dtype | None = None) -> Tensor:
     route = resolve_polar(method, G)
     if route == "svd":
         return masked_polar(G)
+    if route == "gram":
+        # Same cut-off as masked_polar: max(m, n) * eps of G's dtype.
+        return gram_polar(G, check_finite=False)
     return msign(G, method=route, dtype=dtype, check_finite=False)
 
 

@@ -38,10 +38,9 @@ from shared_core.polar import powm_sym
 from .lmo import (
     euclidean_lmo,
     fixed_rank_frames,
-    fixed_rank_lmo,
-    fixed_rank_proju,
-    fixed_rank_rgrad,
+    fixed_rank_lmo_of_blocks,
     grassmann_lmo,
+    horizontal_split,
     spd_lmo,
     stiefel_lmo,
 )
@@ -128,7 +127,8 @@ class IMuon(Optimizer):
         stiefel_metric, retraction: Stiefel options (``retraction`` ``"polar"``/``"qr"``).
         fixed_rank_lift: ``"horizontal"`` (quotient, default) or ``"total"`` (factor space).
         factor_layout: ``"AB"`` or ``"peft"`` (fixed rank).
-        polar: polar route of the spectral LMO: ``"auto"``, ``"svd"`` or a Newton-Schulz table.
+        polar: polar route of the spectral LMO: ``"auto"``, ``"svd"``, ``"gram"`` or a
+            Newton-Schulz table (see :func:`imuon.norms.resolve_polar`).
         polar_dtype: Newton-Schulz dtype (``None``: float32 on CPU, bf16 on CUDA;
             ``torch.bfloat16`` is what torch.optim.Muon uses).
         scaling: ``"lmo"`` (default, Muon: the step has intrinsic length ``lr``) or ``"dual"``
@@ -521,33 +521,53 @@ class IMuon(Optimizer):
         buf_a = self._buf(a, ma)
         buf_b_full = self._buf(b, mb)
         buf_b = buf_b_full.mT if peft else buf_b_full
-        frames = fixed_rank_frames(x)  # one pair of QRs for the gradient and the LMO
-        rg = fixed_rank_rgrad(x, (ga, gb), frames)
+        # One pair of QRs per step. Everything between them and the LMO happens in
+        # L-coordinates eta = (xi_A R_B^T, xi_B R_A^T), where the metric is Frobenius, the
+        # Riemannian gradient is the horizontal part of (G_A R_B^-1, G_B R_A^-1) and the
+        # projection transport of the momentum is the horizontal part of its lift: one
+        # projection and one pair of triangular solves back to the factors per step.
+        frames = fixed_rank_frames(x)
+        qa, ra, qb, rb = frames
+        g_eta = (
+            torch.linalg.solve_triangular(rb, ga, upper=True, left=False),
+            torch.linalg.solve_triangular(ra, gb, upper=True, left=False),
+        )
+        # The buffer is horizontal at the previous point; its lift here, projected, is the
+        # transport (it stays right if the factors were changed between steps).
+        b_eta = (buf_a @ rb.mT, buf_b @ ra.mT)
         beta = group["momentum"]
-        buf_a.lerp_(rg.A, 1 - beta)
-        buf_b.lerp_(rg.B, 1 - beta)
+        # m = beta * transport(buf) + (1 - beta) * rgrad is the horizontal part of the same
+        # combination of the raw lifts (projection is linear); Nesterov's direction
+        # (1 - beta) * rgrad + beta * m is that of beta^2 * b + (1 - beta^2) * g.
+        raw_m = (b_eta[0].lerp(g_eta[0], 1 - beta), b_eta[1].lerp(g_eta[1], 1 - beta))
+        k, ca, cb = horizontal_split(qa, qb, *raw_m)
+        m_eta = (ca + qa @ k, cb + qb @ k.mT)
         if group["nesterov"]:
-            d = Factors(rg.A.lerp(buf_a, beta), rg.B.lerp(buf_b, beta))
+            w = 1 - beta * beta
+            kd, cda, cdb = horizontal_split(
+                qa, qb, b_eta[0].lerp(g_eta[0], w), b_eta[1].lerp(g_eta[1], w)
+            )
         else:
-            d = Factors(buf_a.clone(), buf_b.clone())
-        dual = group["scaling"] == "dual"
-        xi = fixed_rank_lmo(
-            x,
-            d,
+            kd, cda, cdb = k, ca, cb
+        if group["fixed_rank_lift"] == "horizontal":
+            blocks = [math.sqrt(2.0) * kd, cda, cdb]
+        else:
+            blocks = [cda + qa @ kd, cdb + qb @ kd.mT]
+        buf_a.copy_(torch.linalg.solve_triangular(rb.mT, m_eta[0], upper=False, left=False))
+        buf_b.copy_(torch.linalg.solve_triangular(ra.mT, m_eta[1], upper=False, left=False))
+        xi = fixed_rank_lmo_of_blocks(
+            frames,
+            blocks,
             group["norm"],
             group["fixed_rank_lift"],
             group["polar"],
-            dual,
+            group["scaling"] == "dual",
             group["polar_dtype"],
-            frames,
         )
         new = Factors(x.A + group["lr"] * xi.A, x.B + group["lr"] * xi.B)
         if group["weight_decay"]:
             s = math.sqrt(max(0.0, 1 - group["lr"] * group["weight_decay"]))
             new = Factors(new.A * s, new.B * s)
-        moved = fixed_rank_proju(new, Factors(buf_a, buf_b))
-        buf_a.copy_(moved.A)
-        buf_b.copy_(moved.B)
         ma.copy_(new.A)
         vb.copy_(new.B)
         self._writeback(a, ma)

@@ -35,7 +35,7 @@ from .coefficients import (
     table_info,
 )
 from .fractional import spectral_power
-from .msign import METHODS, auto_method, eigh_sign, msign, svd_polar
+from .msign import METHODS, auto_method, eigh_sign, gram_polar, msign, svd_polar
 from .newton_schulz import newton_schulz, normalize_frobenius
 from .spd import expm_sym, inv_sqrtm, logm_sym, powm_sym, sqrtm
 
@@ -50,6 +50,7 @@ __all__ = [
     "eigh_sign",
     "expm_sym",
     "get_table",
+    "gram_polar",
     "inv_sqrtm",
     "logm_sym",
     "minimax_odd_quintic",

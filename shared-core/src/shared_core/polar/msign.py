@@ -23,6 +23,12 @@ Routes, and when each is the right one:
     is faster for tall-skinny matrices; on a GPU the SVD is far slower than matmuls.
 ``method="eigh"``
     Exact matrix sign of symmetric input via ``torch.linalg.eigh`` (cheaper than the SVD).
+``method="gram"``
+    Exact polar factor of an elongated matrix through the eigendecomposition of its small
+    Gram matrix, formed in float64 (:func:`gram_polar`): two thin matmuls and an ``eigh`` of
+    ``min(m, n)`` squared. For LoRA-shaped blocks (4096x64) on a CPU it is several times faster
+    than both the SVD and five bfloat16 Newton-Schulz steps, at SVD accuracy; singular values
+    below ``max(m, n) * eps`` of the largest map to 0 (the rule of a masked SVD).
 ``method="auto"``
     The SVD where it is not slower: float64 input (Newton-Schulz would throw the precision
     away), and on the CPU a single matrix with aspect ratio >= 16; Newton-Schulz with the
@@ -41,6 +47,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -50,10 +58,10 @@ from ._svd import svd_apply
 from .coefficients import DEFAULT_TABLE, NS_TABLES, coefficients_for, table_info
 from .newton_schulz import newton_schulz
 
-__all__ = ["METHODS", "auto_method", "eigh_sign", "msign", "svd_polar"]
+__all__ = ["METHODS", "auto_method", "eigh_sign", "gram_polar", "msign", "svd_polar"]
 
 #: Every value ``msign`` accepts for ``method``.
-METHODS: tuple[str, ...] = ("auto", "svd", "eigh", *NS_TABLES)
+METHODS: tuple[str, ...] = ("auto", "svd", "eigh", "gram", *NS_TABLES)
 
 #: On the CPU, single matrices at least this elongated go to the SVD under ``method="auto"``.
 _AUTO_SVD_ASPECT = 16
@@ -80,6 +88,68 @@ def svd_polar(G: Tensor, *, dtype: torch.dtype | None = None, check_finite: bool
     if check_finite:
         _check_finite(G, "svd_polar")
     return svd_apply(G, lambda s: (s > 0).to(s.dtype), cd)
+
+
+def gram_polar(
+    G: Tensor,
+    *,
+    dtype: torch.dtype | None = None,
+    check_finite: bool = True,
+    rtol: float | None = None,
+) -> Tensor:
+    r"""Polar factor :math:`UV^\top` of ``G`` from the eigendecomposition of its Gram matrix.
+
+    For :math:`m \ge n`, :math:`G^\top G = V\Sigma^2V^\top` and
+    :math:`UV^\top = G\,V\Sigma^{-1}V^\top` (wide input goes through :math:`G^\top`). The
+    Gram matrix and its ``eigh`` are computed in float64 whatever the input: squaring the
+    singular values squares the condition number, and a float64 Gram resolves a singular value
+    ``t`` times the largest to a relative error of about ``max(m, n) * eps64 / t**2`` (1e-6 at
+    ``t = 1e-3``, for float32 input far below its own round-off at the default cut-off).
+    Singular values at or below the cut-off times the largest are treated as zero and map to 0,
+    like a masked SVD (directions of numerically-zero singular values are noise and would leak
+    out of ``G``'s column space); the cut-off never goes below ``4 * sqrt(max(m, n) * eps64)``,
+    the Gram's own resolution. For float64 input that needs every singular value, use the
+    SVD. The product with ``G`` is taken in float64 too, so float32 input gets a result
+    accurate to its own round-off whatever its condition number (a float32 product would add
+    an error of ``eps32`` times the condition number).
+
+    Args:
+        G: ``(..., m, n)`` real floating tensor.
+        dtype: accepted for symmetry with the other exact routes (float32 or float64); the
+            computation is float64 either way and the result has ``G``'s dtype.
+        check_finite: raise ``ValueError`` on NaN/inf input.
+        rtol: relative cut-off on the singular values (default ``max(m, n)`` times the
+            machine epsilon of ``G``'s dtype, float32's for half precision).
+
+    Returns:
+        Shaped and typed like ``G``.
+
+    Example:
+        >>> G = torch.randn(200, 5, generator=torch.Generator().manual_seed(0))
+        >>> torch.allclose(gram_polar(G), svd_polar(G), atol=1e-5)
+        True
+    """
+    G = check_matrix(G, "gram_polar")
+    exact_dtype(G, dtype)  # validates the request
+    if check_finite:
+        _check_finite(G, "gram_polar")
+    m, n = G.shape[-2:]
+    if min(m, n) == 0:
+        return torch.zeros_like(G)
+    if rtol is None:
+        eps_dtype = G.dtype if G.dtype in (torch.float32, torch.float64) else torch.float32
+        rtol = max(m, n) * torch.finfo(eps_dtype).eps
+    rtol = max(rtol, 4 * math.sqrt(max(m, n) * torch.finfo(torch.float64).eps))
+    wide = m < n
+    X = G.mT if wide else G
+    X64 = X.to(torch.float64)
+    lam, V = torch.linalg.eigh(X64.mT @ X64)
+    s = lam.clamp_min(0).sqrt()
+    keep = s > rtol * s[..., -1:]
+    inv = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)), torch.zeros_like(s))
+    W = (V * inv.unsqueeze(-2)) @ V.mT
+    out = X64 @ W
+    return (out.mT if wide else out).to(G.dtype)
 
 
 def eigh_sign(
@@ -148,12 +218,12 @@ def msign(
     Args:
         G: ``(..., m, n)`` real floating tensor; leading dimensions are a batch.
         method: a table name of :data:`shared_core.polar.NS_TABLES` (Newton-Schulz), ``"svd"``,
-            ``"eigh"`` (symmetric input) or ``"auto"``; ``None`` is the default table
-            ``"polar_express"``.
+            ``"gram"`` (elongated input), ``"eigh"`` (symmetric input) or ``"auto"``; ``None``
+            is the default table ``"polar_express"``.
         steps: Newton-Schulz steps (``None``: the table's default; 6 for Polar Express, 5 for
-            ``"muon"``); not accepted by ``"svd"``/``"eigh"``.
+            ``"muon"``); not accepted by ``"svd"``/``"gram"``/``"eigh"``.
         dtype: computation dtype. Newton-Schulz: ``None`` is bfloat16 on CUDA and float32
-            elsewhere; float32/float64/float16 on request. SVD/eigh: float32 or float64
+            elsewhere; float32/float64/float16 on request. SVD/Gram/eigh: float32 or float64
             (``None``: float64 for float64 input, else float32).
         eps: floor of the Frobenius normalisation's denominator (Newton-Schulz).
         check_finite: raise ``ValueError`` on NaN/inf input (on CUDA this costs one host
@@ -184,11 +254,13 @@ def msign(
             steps = None
             if dtype not in (None, torch.float32, torch.float64):
                 dtype = None
-    if method in ("svd", "eigh"):
+    if method in ("svd", "eigh", "gram"):
         if steps is not None:
             raise ValueError(f"steps applies to Newton-Schulz tables only, not to {method!r}")
         if method == "svd":
             return svd_polar(G, dtype=dtype, check_finite=check_finite)
+        if method == "gram":
+            return gram_polar(G, dtype=dtype, check_finite=check_finite)
         return eigh_sign(G, dtype=dtype, check_finite=check_finite)
     info = table_info(method)
     return newton_schulz(
