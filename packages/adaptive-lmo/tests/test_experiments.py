@@ -124,7 +124,7 @@ def test_image_tiny(tmp_path, monkeypatch):
 def test_lm_tiny(tmp_path, monkeypatch):
     from adaptive_lmo.experiments import lm
 
-    monkeypatch.setattr(lm, "grids", lambda k: TINY_GRIDS)
+    monkeypatch.setattr(lm, "grids", lambda k: {**TINY_GRIDS, lm.A0: [0.05], lm.ATTN0: [0.05]})
     cfg = {
         "V": 6,
         "T": 5,
@@ -139,6 +139,14 @@ def test_lm_tiny(tmp_path, monkeypatch):
     res = lm.run(RunContext(tmp_path, True, False, 0), cfg)
     assert all(math.isfinite(res.metrics[f"test_loss_mean[{o}]"]) for o in _common.OPTIMIZERS)
     assert isinstance(res.holds, bool) and (tmp_path / "exponents.png").is_file()
+    # every matrix of the block, attention included, is on the criterion
+    assert {k for k in res.metrics if k.startswith("final_exponent[")} == {
+        f"final_exponent[blocks.0.{m}.weight]"
+        for m in ("attn.q", "attn.k", "attn.v", "attn.out", "mlp_in", "mlp_out")
+    }
+    for key in ("auto_vs_a0_log_ratio_per_seed", "attn0_vs_a0_log_ratio_per_seed"):
+        per_seed = res.metrics[key]
+        assert len(per_seed) == 2 and all(math.isfinite(v) for v in per_seed)
 
 
 def test_lm_corpus_is_markov_and_offline():

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -166,10 +166,18 @@ class AdaptiveLMO(Optimizer):
         adjust_lr_fn: None (1), or torch.optim.Muon's ``"original"``, ``"match_rms_adamw"``,
             ``"spectral_unclamped"`` shape factors.
         fallback_exponent: used by ``"auto"`` layers that have no activation statistics yet
-            (no hook could be attached, or the layer has not run in a recorded forward).
+            (no hook could be attached, or the layer has not run in a recorded forward, as
+            with weights used functionally, e.g. ``nn.MultiheadAttention``'s projections).
+            One ``UserWarning`` names every such parameter, once per parameter, on its first
+            criterion step; ``geometry()`` reports the fallback as the layer's source.
         max_rows: rows of the activation sketch per layer.
         adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW group.
         route: ``(name, param, module) -> "lmo" | "adamw" | None`` override of the routing.
+        fixed_exponents: pins the exponent of some matrix parameters while the rest follow
+            ``exponent`` (with an ``nn.Module`` only): ``{name: a}`` or
+            ``(name, param, module) -> a | None``; pinned parameters get their own param
+            group(s) with ``"exponent": a`` and no hooks. E.g. ``lambda n, p, m: 0.0 if
+            ".attn." in n else None`` keeps attention projections at Muon's geometry.
         head: the output head excluded from the matrix update: True (last ``nn.Linear``), a
             module name, or None.
         sync_stats: average the activation energies over ``torch.distributed`` ranks (when a
@@ -204,6 +212,9 @@ class AdaptiveLMO(Optimizer):
         adamw_weight_decay: float = 0.0,
         route: Callable[[str, Tensor, nn.Module], str | None] | None = None,
         head: str | bool | None = True,
+        fixed_exponents: (
+            Mapping[str, float] | Callable[[str, Tensor, nn.Module], float | None] | None
+        ) = None,
         sync_stats: bool = True,
         seed: int = 0,
     ) -> None:
@@ -247,21 +258,30 @@ class AdaptiveLMO(Optimizer):
                 self._names[id(info.param)] = info.name
                 self._views[id(info.param)] = info.view
                 self._modules[id(info.param)] = info.module
-            lmo_ps = [i.param for i in infos if i.algorithm == "lmo"]
+            lmo = [i for i in infos if i.algorithm == "lmo"]
             ad_ps = [i.param for i in infos if i.algorithm == "adamw"]
+            lmo_ps, fixed = self._split_fixed(lmo, fixed_exponents)
             if lmo_ps:
                 groups.append({"params": lmo_ps, "algorithm": "lmo"})
+            for a, ps in fixed.items():
+                groups.append({"params": ps, "algorithm": "lmo", "exponent": a})
             if ad_ps:
                 groups.append({"params": ad_ps, **adamw})
             if not groups:
                 raise ValueError("the model has no trainable parameters")
         else:
+            if fixed_exponents is not None:
+                raise ValueError(
+                    "fixed_exponents selects parameters by module name: pass the nn.Module, or "
+                    "give param groups their own 'exponent'"
+                )
             groups = self._groups_from_params(model_or_params, adamw)
         self._collector = ActivationCollector(max_rows, seed)
         self._finalizer = weakref.finalize(
             self, ActivationCollector.remove_handles, self._collector.handles
         )
         self._warned: set[tuple[int, str]] = set()
+        self._fallbacks: list[tuple[Tensor, bool]] = []
         self._manual: set[int] = set()
         self.sync_stats = bool(sync_stats)
         self._has_model = isinstance(model_or_params, nn.Module)
@@ -270,6 +290,38 @@ class AdaptiveLMO(Optimizer):
         self._refresh_due()
 
     # -- construction -----------------------------------------------------------------------
+
+    @staticmethod
+    def _split_fixed(
+        infos: list[Any], fixed: Mapping[str, float] | Callable[..., float | None] | None
+    ) -> tuple[list[Tensor], dict[float, list[Tensor]]]:
+        """Matrix parameters on ``exponent``'s setting, and those ``fixed_exponents`` pins."""
+        if fixed is None:
+            return [i.param for i in infos], {}
+        if isinstance(fixed, Mapping):
+            unknown = set(fixed) - {i.name for i in infos}
+            if unknown:
+                raise ValueError(
+                    f"fixed_exponents names {sorted(unknown)}, which are not matrix parameters "
+                    "on the LMO update (see opt.routing())"
+                )
+            pick = lambda name, p, m: fixed.get(name)  # noqa: E731
+        elif callable(fixed):
+            pick = fixed
+        else:
+            raise ValueError(
+                f"fixed_exponents must be a mapping, a callable or None, got {type(fixed).__name__}"
+            )
+        free: list[Tensor] = []
+        pinned: dict[float, list[Tensor]] = {}
+        for i in infos:
+            a = pick(i.name, i.param, i.module)
+            if a is None:
+                free.append(i.param)
+            else:
+                a = check_exponent(a, f"fixed_exponents[{i.name!r}]")
+                pinned.setdefault(a, []).append(i.param)
+        return free, pinned
 
     def _groups_from_params(self, params: Any, adamw: dict[str, Any]) -> list[dict[str, Any]]:
         items = list(params)
@@ -540,7 +592,44 @@ class AdaptiveLMO(Optimizer):
                 self._keep_factors(it)
         self._collector.clear()
         self._refresh_due()
+        self._warn_fallbacks()
         return loss
+
+    def _warn_fallbacks(self) -> None:
+        """One warning naming every matrix parameter that fell back for lack of statistics.
+
+        Given once per parameter: on the first criterion step at which an ``"auto"`` layer
+        has never had activation statistics (so it runs at ``fallback_exponent``).
+        """
+        new = [(p, h) for p, h in self._fallbacks if (id(p), "fallback") not in self._warned]
+        self._fallbacks.clear()
+        if not new:
+            return
+        parts = []
+        for p, hooked in new:
+            self._warned.add((id(p), "fallback"))
+            why = (
+                "hooked, but no activations recorded yet: its module did not run with "
+                "gradients enabled in this step's forward (a weight used functionally never "
+                "will, e.g. nn.MultiheadAttention's out_proj.weight)"
+                if hooked
+                else "no forward hook can see this layer's inputs: not the weight of an "
+                "nn.Linear or a supported nn.Conv1d/nn.Conv2d (e.g. nn.MultiheadAttention's "
+                "in_proj_weight)"
+            )
+            parts.append(f"'{self._names[id(p)]}' ({why})")
+        warnings.warn(
+            f"AdaptiveLMO: {len(new)} matrix parameter(s) received no input-activation "
+            "statistics and use fallback_exponent instead of the criterion: "
+            + "; ".join(parts)
+            + ". To give them the criterion, compute them through nn.Linear/nn.Conv modules "
+            "called as modules (e.g. separate q/k/v/out nn.Linear projections instead of "
+            "nn.MultiheadAttention), or feed their input rows with "
+            "AdaptiveLMO.record_activations(param, rows); or pin their exponent with "
+            "AdaptiveLMO(..., fixed_exponents={name: a}). Warned once per parameter; "
+            "geometry() reports each layer's source.",
+            stacklevel=3,
+        )
 
     def _prepare_criterion(self, it: dict[str, Any]) -> None:
         p, g, st = it["p"], it["g"], self.state[it["p"]]
@@ -638,7 +727,7 @@ class AdaptiveLMO(Optimizer):
                     if hooked
                     else "fallback: no forward hook can see this layer's inputs"
                 )
-                self._warn(p, "fallback", f"{st['source']}; using exponent {st['exponent']}")
+                self._fallbacks.append((p, hooked))
             return
         try:
             a = choose_exponent(s, it["c"], d, rule=g["criterion"])

@@ -16,7 +16,9 @@ Features per layer kind (the matrix view of the weight is what the optimizer tra
 - anything else (other convs, grouped or ``padding="same"`` convs, stacked MoE experts
   ``(E, out, in)``, parameters used through ``F.linear`` in custom modules): no hook; feed rows
   yourself through ``AdaptiveLMO.record_activations`` or the layer uses the optimizer's
-  documented fallback exponent.
+  documented fallback exponent (with a warning naming it). The same holds for an
+  ``nn.Linear`` whose weight is used functionally instead of by calling the module (the
+  ``out_proj`` of ``nn.MultiheadAttention``): it is hooked, but the hook never fires.
 
 Passes run with gradients disabled (evaluation) are not recorded.
 """

@@ -72,6 +72,7 @@ def build_optimizer(
     exponents: dict[str, float] | None = None,
     update_every: int = 10,
     stats: str | None = None,
+    fixed_exponents: Any = None,
 ) -> Any:
     """One of :data:`OPTIMIZERS` or :data:`EXTRA_OPTIMIZERS` on ``model``, matrix lr ``lr``.
 
@@ -84,7 +85,8 @@ def build_optimizer(
     ``torch.optim.Adam`` on everything; "MuAdam" is AdaptiveLMO with Adam preconditioning at
     a = 0 (momentum 0.9, beta2 0.999), the polar factor of Adam's direction. ``stats`` sets
     AdaptiveLMO's activation-statistics source (None: its default, ``"next_batch"``);
-    :data:`SAME_BATCH` is "AdaptiveLMO" with ``stats="same_batch"``.
+    :data:`SAME_BATCH` is "AdaptiveLMO" with ``stats="same_batch"``. ``fixed_exponents`` is
+    passed to AdaptiveLMO (pins some matrices' exponents, the rest follow ``exponent``).
     """
     if name == SAME_BATCH:
         name, stats = "AdaptiveLMO", "same_batch"
@@ -130,6 +132,7 @@ def build_optimizer(
             update_every=update_every,
             exponent=exponent,
             head=head,
+            fixed_exponents=fixed_exponents,
             **stat_kw,
             **common,
         )

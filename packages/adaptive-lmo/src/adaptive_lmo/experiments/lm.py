@@ -3,18 +3,31 @@ r"""lm: a small causal transformer language model on a generated Markov corpus (
 Corpus: a seeded order-2 Markov chain over ``V`` tokens whose transition rows are sparse
 Dirichlet draws (a few likely successors per context), cut into sequences of length ``T``; the
 best achievable loss is the chain's conditional entropy. Model: token + position embeddings,
-``L`` pre-norm ``nn.TransformerEncoderLayer`` blocks with a causal mask, and a linear head;
-next-token cross-entropy. Routing: embeddings, norms, biases and the head on AdamW; attention
-projections and MLP matrices on the matrix update. ``nn.MultiheadAttention`` uses its
-in- and out-projection weights inside ``F.multi_head_attention_forward`` without calling a
-module, so no hook sees their inputs and AdaptiveLMO keeps its fallback exponent (0, Muon)
-there; the MLP matrices get the criterion.
+``L`` pre-norm transformer blocks (:class:`Block`: causal self-attention and a ReLU MLP of
+width ``2d``, each a residual branch after a LayerNorm) and a linear head; next-token
+cross-entropy. Routing: embeddings, norms, biases and the head on AdamW; the attention
+projections and MLP matrices on the matrix update.
+
+The attention (:class:`CausalSelfAttention`) has separate ``nn.Linear`` query, key, value and
+output projections, each called as a module, so AdaptiveLMO's forward hooks see the input of
+every projection and *every* matrix of the block gets the criterion. (``nn.MultiheadAttention``
+keeps its projections as weights used inside ``F.multi_head_attention_forward``, never calling a
+module, so no hook sees their inputs and AdaptiveLMO would leave them at its fallback exponent,
+with a warning.) With the weights copied over, the block computes exactly what
+``nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0, norm_first=True)`` computes under a
+causal mask (tested).
 
 ``holds``: AdaptiveLMO's mean test loss is at most 1.02 times the better of Muon's and AdamW's.
+Not judged: AdaptiveLMO at the fixed exponent 0 (:data:`A0`, the exact-polar Muon corner with
+the same routing, momentum and shape factor) and with same-batch statistics, each compared with
+"auto" per seed (paired log ratio of test losses, 95% interval), which separates the effect of
+the chosen geometry from the rest of the step; and "auto" with the attention projections pinned
+at a = 0 (:data:`ATTN0`, the criterion on the MLP matrices only), compared with :data:`A0`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -28,6 +41,7 @@ from ._common import (
     final_exponents,
     log_grid,
     markdown_table,
+    paired_log_ratio,
     plot_exponents,
     stats_ablation,
     sweep,
@@ -36,6 +50,14 @@ from ._common import (
     train_loop,
     verdict,
 )
+
+A0 = "AdaptiveLMO a=0"  # not-judged row: the criterion's family at its Muon end
+ATTN0 = "AdaptiveLMO attention a=0"  # not-judged row: "auto" with the attention pinned at 0
+
+
+def attention_at_zero(name: str, param: nn.Parameter, module: nn.Module) -> float | None:
+    """``fixed_exponents`` rule of the :data:`ATTN0` row: attention projections at a = 0."""
+    return 0.0 if ".attn." in name else None
 
 
 def make_corpus(V: int, T: int, n: int, seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -57,24 +79,75 @@ def make_corpus(V: int, T: int, n: int, seed: int) -> dict[str, tuple[torch.Tens
     return out
 
 
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with four ``nn.Linear`` projections (all hookable).
+
+    ``y = out(concat_h softmax(q_h k_h^T / sqrt(d_h) + causal mask) v_h)`` with
+    ``q = self.q(x)``, ``k = self.k(x)``, ``v = self.v(x)`` split into ``heads`` heads of
+    width ``d_h = d / heads``. Initialised like ``nn.MultiheadAttention``: the stacked
+    ``[q; k; v]`` weight Xavier-uniform (each entry uniform on ``±sqrt(6 / (4 d))``), the
+    output weight as an ``nn.Linear``'s, all biases 0.
+    """
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"d={d} must be divisible by heads={heads}")
+        self.heads = heads
+        self.q = nn.Linear(d, d)
+        self.k = nn.Linear(d, d)
+        self.v = nn.Linear(d, d)
+        self.out = nn.Linear(d, d)
+        bound = math.sqrt(6.0 / (4 * d))  # Xavier-uniform of the stacked (3d, d) matrix
+        with torch.no_grad():
+            for lin in (self.q, self.k, self.v):
+                lin.weight.uniform_(-bound, bound)
+                lin.bias.zero_()
+            self.out.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        h = self.heads
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(B, T, h, d // h).transpose(1, 2)
+
+        y = F.scaled_dot_product_attention(
+            split(self.q(x)), split(self.k(x)), split(self.v(x)), is_causal=True
+        )
+        return self.out(y.transpose(1, 2).reshape(B, T, d))
+
+
+class Block(nn.Module):
+    """Pre-norm block: ``x + attn(ln1(x))``, then ``+ mlp_out(relu(mlp_in(ln2(x))))``."""
+
+    def __init__(self, d: int, heads: int, ff: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, heads)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp_in = nn.Linear(d, ff)
+        self.mlp_out = nn.Linear(ff, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp_out(F.relu(self.mlp_in(self.ln2(x))))
+
+
 class TinyLM(nn.Module):
-    def __init__(self, V: int, T: int, d: int, layers: int) -> None:
+    def __init__(self, V: int, T: int, d: int, layers: int, heads: int = 2) -> None:
         super().__init__()
         self.tok = nn.Embedding(V, d)
         self.pos = nn.Embedding(T, d)
-        self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(d, 2, 2 * d, dropout=0.0, batch_first=True, norm_first=True)
-            for _ in range(layers)
-        )
+        self.blocks = nn.ModuleList(Block(d, heads, 2 * d) for _ in range(layers))
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, V)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(T))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[1]
         h = self.tok(x) + self.pos(torch.arange(T, device=x.device))
         for b in self.blocks:
-            h = b(h, src_mask=self.mask[:T, :T], is_causal=True)
+            h = b(h)
         return self.head(self.norm(h))
 
 
@@ -116,6 +189,8 @@ def grids(k: int) -> dict[str, list[float]]:
         "SGD": log_grid(0.03, 1.0, k),
         "AdaptiveLMO": log_grid(0.01, 0.3, k),
         SAME_BATCH: log_grid(0.01, 0.3, k),
+        A0: log_grid(0.01, 0.3, k),
+        ATTN0: log_grid(0.01, 0.3, k),
     }
 
 
@@ -129,9 +204,10 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     def train_one(opt: str, lr: float, seed: int):
         torch.manual_seed(1000 + seed)
         model = TinyLM(cfg["V"], cfg["T"], cfg["d"], cfg["layers"])
+        kw = {A0: {"exponent": 0.0}, ATTN0: {"fixed_exponents": attention_at_zero}}.get(opt, {})
         return train_loop(
             model,
-            opt,
+            "AdaptiveLMO" if opt in (A0, ATTN0) else opt,
             lr,
             seed,
             data["train"],
@@ -139,6 +215,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
             evaluate,
             steps=cfg["steps"],
             batch=cfg["batch"],
+            **kw,
         )
 
     res = sweep(train_one, grids(cfg["grid"]), cfg["seeds"], higher_is_better=False, desc="lm")
@@ -153,12 +230,20 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     final_exp = final_exponents(runs_a)
     rows = table_rows(res, "loss")
     abl_metrics, abl_line = stats_ablation(res, "loss")
+    vs_a0 = paired_log_ratio(res, "AdaptiveLMO", A0)
+    attn0_vs_a0 = paired_log_ratio(res, ATTN0, A0)
     metrics: dict[str, Any] = {
         **sweep_metrics(res, "loss"),
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
         "better_baseline": best_base,
         "ratio_to_better_baseline": res.test_mean["AdaptiveLMO"] / best_val,
         **abl_metrics,
+        "auto_vs_a0_log_ratio_per_seed": vs_a0.per_seed,
+        "auto_vs_a0_log_ratio_mean": vs_a0.mean,
+        "auto_vs_a0_log_ratio_ci": [vs_a0.lo, vs_a0.hi],
+        "attn0_vs_a0_log_ratio_per_seed": attn0_vs_a0.per_seed,
+        "attn0_vs_a0_log_ratio_mean": attn0_vs_a0.mean,
+        "attn0_vs_a0_log_ratio_ci": [attn0_vs_a0.lo, attn0_vs_a0.hi],
         "config": cfg,
     }
     summary = [
@@ -169,6 +254,11 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         "",
         "Final exponents: " + ", ".join(f"{k}: {v:.2f}" for k, v in final_exp.items()),
         abl_line,
+        f"AdaptiveLMO auto vs its fixed a = 0 (paired, not judged): log(loss ratio) "
+        f"{vs_a0.mean:+.4f} [{vs_a0.lo:+.4f}, {vs_a0.hi:+.4f}] (< 0 favours the criterion).",
+        f"AdaptiveLMO with attention pinned at a = 0 (criterion on the MLP only) vs a = 0 "
+        f"everywhere (paired, not judged): {attn0_vs_a0.mean:+.4f} "
+        f"[{attn0_vs_a0.lo:+.4f}, {attn0_vs_a0.hi:+.4f}].",
         f"AdaptiveLMO / better of Muon and AdamW ({best_base}): "
         f"{metrics['ratio_to_better_baseline']:.3f} (holds if <= 1.02).",
     ]
@@ -188,6 +278,129 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         plots=["exponents.png"],
         table=rows,
     )
+
+
+def _real_decrease(
+    model: nn.Module, p: nn.Parameter, D: torch.Tensor, val: tuple, etas: list[float]
+) -> tuple[float, int]:
+    """``L(W) - min_eta L(W - eta D)`` on ``val`` (others frozen) and the argmin's index."""
+    w0 = p.detach().clone()
+    with torch.no_grad():
+        L0 = float(lm_loss(model(val[0]), val[1]))
+        best, k_best = 0.0, -1
+        for k, eta in enumerate(etas):
+            p.copy_(w0 - eta * D)
+            dec = L0 - float(lm_loss(model(val[0]), val[1]))
+            if dec > best:
+                best, k_best = dec, k
+        p.copy_(w0)
+    return best, k_best
+
+
+def one_step_check(
+    cfg: dict[str, Any] | None = None,
+    lr: float = 0.0548,
+    seeds: int = 2,
+    at: tuple[int, ...] = (20, 60, 110),
+    grid: int = 11,
+    etas: int = 40,
+) -> list[dict[str, Any]]:
+    """Does the criterion pick the exponent with the largest real one-step loss decrease?
+
+    Trains the quick config's model with AdaptiveLMO "auto" (``lr``, defaults otherwise, a
+    seeded minibatch stream per ``seed``) for ``t`` steps, ``t`` in ``at`` (multiples of its
+    ``update_every`` = 10, so step ``t + 1`` is one whose direction the criterion scores).
+    Then, for every matrix ``W``: ``P``, the direction step ``t + 1`` uses (Nesterov momentum
+    with that step's gradient); ``a_crit``, the exponent AdaptiveLMO itself chooses for ``P``
+    (the optimizer is stepped on: it keeps ``P``'s factors at step ``t + 1`` and pairs them
+    with step ``t + 2``'s activations); and, in float64 on a copy of the model at ``W`` with the
+    other weights frozen, the *real* one-step decrease of the validation loss,
+    ``L(W) - min_eta L(W - eta D_a)`` for each ``a`` on a ``grid``-point grid of [0, 1] and at
+    ``a_crit`` (``D_a`` the polar-scaled family member, ``eta`` on ``etas`` log-spaced points
+    in [1e-3, 3]). Rows: ``seed``, ``step``, ``layer``, ``a_crit``, ``a_best`` (grid argmax),
+    ``crit_over_best`` (real decrease at ``a_crit`` / at ``a_best``; can exceed 1 since
+    ``a_crit`` is off the grid), ``a0_over_best`` (the same at a = 0), ``eta_at_edge`` (the best
+    eta of ``a_best`` is an end of the eta grid).
+
+    Example: ``python -c "from adaptive_lmo.experiments.lm import one_step_check as f;
+    [print(r) for r in f()]"``
+    """
+    import copy
+
+    from ..fractional import fractional_update, svd_factors
+    from ._common import build_optimizer, seed_everything
+
+    if any(t < 10 or t % 10 for t in at):
+        raise ValueError(f"at must hold multiples of update_every=10, got {at}")
+    cfg = cfg or config(True)
+    data = make_corpus(cfg["V"], cfg["T"], cfg["n"], 0)
+    val = tuple(t.clone() for t in data["val"])
+    a_grid = [i / (grid - 1) for i in range(grid)]
+    eta_grid = [1e-3 * 3e3 ** (k / (etas - 1)) for k in range(etas)]
+    X, Y = data["train"]
+    rows: list[dict[str, Any]] = []
+    for seed, t_stop in ((s, t) for s in range(seeds) for t in at):
+        seed_everything(seed)
+        torch.manual_seed(1000 + seed)
+        model = TinyLM(cfg["V"], cfg["T"], cfg["d"], cfg["layers"])
+        opt = build_optimizer("AdaptiveLMO", model, lr)
+        gen = torch.Generator().manual_seed(10_000 + seed)
+        batches = [
+            torch.randint(0, X.shape[0], (cfg["batch"],), generator=gen) for _ in range(t_stop + 2)
+        ]
+        for idx in batches[: t_stop + 1]:
+            opt.zero_grad()
+            lm_loss(model(X[idx]), Y[idx]).backward()
+            if idx is not batches[t_stop]:
+                opt.step()
+        # model at W with step t + 1's gradient: a float64 copy for the real decreases
+        group = next(g for g in opt.param_groups if g["algorithm"] == "lmo")
+        names = {id(p): n for n, p in model.named_parameters()}
+        ref = copy.deepcopy(model).double()
+        ref_p = dict(ref.named_parameters())
+        mu = group["momentum"]
+        found: dict[str, dict[float, tuple[float, int]]] = {}
+        Ps = {}
+        for p in group["params"]:
+            g64 = p.grad.double()
+            B = opt.state[p]["momentum_buffer"].double() * mu + g64
+            Ps[names[id(p)]] = g64 + mu * B if group["nesterov"] else B
+        # the optimizer's own choice for these directions
+        opt.step()  # step t + 1: keeps the factors
+        idx = batches[t_stop + 1]
+        opt.zero_grad()
+        lm_loss(model(X[idx]), Y[idx]).backward()
+        opt.step()  # step t + 2: the criterion with this minibatch's activations
+        geo = opt.geometry()
+        for name, P in Ps.items():
+            f = svd_factors(P)
+            a_crit = float(geo[name]["exponent"])
+            found[name] = {
+                a: _real_decrease(
+                    ref,
+                    ref_p[name],
+                    fractional_update(P, a, scale="polar", factors=f),
+                    val,
+                    eta_grid,
+                )
+                for a in [*a_grid, a_crit]
+            }
+            dec = found[name]
+            a_best = max(a_grid, key=lambda a, dec=dec: dec[a][0])
+            top = dec[a_best][0]
+            rows.append(
+                {
+                    "seed": seed,
+                    "step": t_stop,
+                    "layer": name,
+                    "a_crit": a_crit,
+                    "a_best": a_best,
+                    "crit_over_best": dec[a_crit][0] / top if top > 0 else math.nan,
+                    "a0_over_best": dec[0.0][0] / top if top > 0 else math.nan,
+                    "eta_at_edge": dec[a_best][1] in (0, etas - 1),
+                }
+            )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
