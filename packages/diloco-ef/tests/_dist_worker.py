@@ -25,8 +25,10 @@ import _problems as P
 from diloco_ef import (
     QSGD,
     DiLoCo,
+    LowRank,
     PeerFailureError,
     RandomK,
+    ScaledSign,
     TopK,
     TorchDistCommunicator,
     init_distributed,
@@ -37,6 +39,8 @@ CONFIGS = {
     "topk": lambda: TopK(ratio=0.3),
     "randomk": lambda: RandomK(ratio=0.3),
     "qsgd": lambda: QSGD(bits=3, contractive=True),
+    # all-gathers two factors per matrix and the biases' signs and scales; warm-started per rank
+    "lowrank": lambda: LowRank(rank=1, fallback=ScaledSign()),
 }
 ROUNDS, H = 3, 3
 

@@ -73,7 +73,7 @@ def test_quick_path_runs_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
 
 
 def test_grids_have_equal_budgets_and_fit_the_step_count():
-    for cfg in (L.QUICK, L.FULL):
+    for cfg in (L.QUICK, L.FULL, L.LONG_QUICK, L.LONG_FULL):
         ms = L.methods_for(cfg)
         assert len({m.name for m in ms}) == len(ms)
         n_ddp = sum(m.role == "DDP" for m in ms)
@@ -83,3 +83,33 @@ def test_grids_have_equal_budgets_and_fit_the_step_count():
         L.methods_for(L.Config(ddp=((0.1, 0.9),)))
     with pytest.raises(ValueError, match="unknown compressor"):
         L.make_compressor("zip")
+
+
+def test_long_configs_change_only_the_horizon_and_references():
+    for short, long in ((L.QUICK, L.LONG_QUICK), (L.FULL, L.LONG_FULL)):
+        assert long.steps == 2 * short.steps
+        assert (long.ddp, long.ef, long.outer, long.c, long.seeds) == (
+            short.ddp,
+            short.ef,
+            short.outer,
+            short.c,
+            short.seeds,
+        )
+    names = [m.name for m in L.methods_for(L.LONG_QUICK) if m.role == "reference"]
+    assert len(names) == len(L.LONG_REFS) and any("lowrank" in n for n in names)
+    # the rule at the doubled horizon: c / (H sqrt(T)) with T = 2048 / 64 = 32
+    ef = [m for m in L.methods_for(L.LONG_QUICK) if m.role == "DiLoCo-EF" and m.h == 64]
+    assert all(m.inner_lr == pytest.approx(80.0 / (64 * 32**0.5)) for m in ef)
+
+
+def test_schedule_factor():
+    import math
+
+    assert [L.schedule_factor("constant", r, 4) for r in range(4)] == [1.0] * 4
+    got = [L.schedule_factor("cosine", r, 8) for r in range(8)]
+    assert got == pytest.approx([(1 + math.cos(math.pi * r / 8)) / 2 for r in range(8)])
+    assert got[0] == 1.0 and got[4] == pytest.approx(0.5) and got[-1] > 0
+    with pytest.raises(ValueError, match="outside"):
+        L.schedule_factor("cosine", 8, 8)
+    with pytest.raises(ValueError, match="unknown schedule"):
+        L.schedule_factor("step", 0, 8)

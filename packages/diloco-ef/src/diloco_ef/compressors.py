@@ -25,7 +25,8 @@ Bit accounting (:meth:`Compressor.bits_sent`) counts what a worker must transmit
 their dtype's width, indices at the fixed width :math:`\lceil \log_2 d \rceil` (the shortest
 code that addresses every coordinate), quantization levels at their bit width plus one sign bit,
 and scalars (norms, scales) at the value dtype's width. Random-k sends no indices: every worker
-draws the same coordinates from a shared seed.
+draws the same coordinates from a shared seed. Low-rank (:class:`LowRank`) sends its two factors,
+:math:`q(m+n)` values per :math:`m\times n` matrix at the factor dtype's width.
 
 Every compressor takes an optional ``torch.Generator``; the engines derive it from
 ``(seed, round, tensor)`` (plus the worker id where :attr:`Compressor.shared_randomness` is
@@ -52,6 +53,7 @@ __all__ = [
     "Compressor",
     "Identity",
     "Int8Absmax",
+    "LowRank",
     "Payload",
     "RandomK",
     "ScaledSign",
@@ -141,6 +143,10 @@ class Compressor(abc.ABC):
 
     shared_randomness: bool = False
     all_reducible: bool = False
+    #: True when ``compress`` takes a per-tensor ``state`` dict that persists across calls
+    #: (:class:`LowRank`'s warm start); :class:`~diloco_ef.error_feedback.ErrorFeedback` keeps
+    #: one such dict per key and checkpoints it.
+    stateful: bool = False
 
     @abc.abstractmethod
     def compress(self, x: Tensor, generator: torch.Generator | None = None) -> Payload: ...
@@ -589,3 +595,156 @@ class ScaledSign(Compressor):
 
     def bits_sent(self, payload: Payload) -> int:
         return payload.numel + _value_bits(payload.dtype)
+
+
+_FALLBACK = "fallback/"
+
+
+def _orthonormal_columns(a: Tensor) -> Tensor:
+    """An orthonormal basis (as columns) of a span containing ``range(a)``: reduced QR's Q.
+
+    Householder QR returns orthonormal columns even when ``a`` is rank deficient (its extra
+    columns then span directions outside ``range(a)``), so the projection below stays a
+    projection for every input, including zero.
+    """
+    return torch.linalg.qr(a, mode="reduced").Q
+
+
+class LowRank(Compressor):
+    r"""PowerSGD-style rank-q compression of matrices with a warm-started power iteration.
+
+    A tensor of two or more dimensions is viewed as the matrix :math:`M \in \mathbb{R}^{m\times
+    n}`, :math:`m` = its first dimension, :math:`n` = the product of the others. With
+    :math:`r = \min(q, m, n)` and a start :math:`Q_0 \in \mathbb{R}^{n\times r}` (the previous
+    call's :math:`Q` for the same tensor when a ``state`` dict is passed, the *warm start*;
+    Gaussian from ``generator`` on the first call), each power iteration is
+
+    .. math:: P = \mathrm{orth}(M Q), \qquad Q = M^\top P,
+
+    and :math:`C(M) = P Q^\top = P P^\top M`, the orthogonal projection of :math:`M`'s columns
+    onto :math:`\mathrm{span}(P)`. Hence :math:`\|C(M) - M\|^2 = \|M\|^2 - \|Q\|^2` and
+
+    .. math:: \alpha = \|P^\top M\|_F^2 / \|M\|_F^2 \in [0, 1],
+
+    at most the Eckart-Young value :math:`\sum_{i\le r}\sigma_i^2/\sum_i\sigma_i^2`, which it
+    reaches when :math:`\mathrm{span}(P)` is the top-r left singular space. Repeated calls on
+    the same (or a slowly changing) matrix are subspace iteration: the captured subspace
+    approaches the top-r one at the rate :math:`(\sigma_{r+1}/\sigma_r)^{2}` per call. There is
+    no worst-case lower bound on :math:`\alpha` for one call (a start orthogonal to the top
+    directions captures little), so, as with the other compressors, the measured
+    :math:`\alpha` is reported each round; error feedback needs it positive on average.
+
+    Traffic: :math:`P` and :math:`Q`, :math:`r(m+n)` values at the width of ``factor_dtype``
+    (default: the input's dtype; ``torch.bfloat16`` halves it, and the rounding of the factors
+    is then part of the measured error). When :math:`r(m+n) \ge mn` the factors would cost at
+    least as much as the matrix, so the matrix itself is sent (at ``factor_dtype``).
+
+    Tensors of fewer than two dimensions (biases, norms' gains) go through ``fallback``
+    (default :class:`Identity`, i.e. dense), whose payload and bit count are used unchanged.
+    The fallback must be stateless and use no shared randomness (each worker's payload is
+    decompressed on its own).
+
+    Args:
+        rank: q >= 1.
+        fallback: the compressor for tensors with ``ndim < 2``.
+        factor_dtype: floating dtype of the transmitted factors (None: the input's).
+        power_iterations: iterations per call (>= 1; PowerSGD uses one with the warm start).
+
+    Example:
+        >>> c = LowRank(rank=1)
+        >>> m = torch.outer(torch.tensor([1.0, 2.0, 2.0]), torch.tensor([3.0, 0.0, 4.0, 0.0]))
+        >>> p = c.compress(m, torch.Generator().manual_seed(0))
+        >>> torch.allclose(c.decompress(p), m), c.bits_sent(p)  # rank one: exact; (3+4) x 32
+        (True, 224)
+    """
+
+    stateful = True
+
+    def __init__(
+        self,
+        rank: int,
+        *,
+        fallback: Compressor | None = None,
+        factor_dtype: torch.dtype | None = None,
+        power_iterations: int = 1,
+    ):
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
+        if (
+            isinstance(power_iterations, bool)
+            or not isinstance(power_iterations, int)
+            or power_iterations < 1
+        ):
+            raise ValueError(f"power_iterations must be an integer >= 1, got {power_iterations!r}")
+        fallback = Identity() if fallback is None else fallback
+        if not isinstance(fallback, Compressor):
+            raise ValueError(f"fallback must be a Compressor, got {fallback!r}")
+        if fallback.stateful or fallback.shared_randomness:
+            raise ValueError(
+                f"fallback must be stateless and use no shared randomness, got {fallback!r}"
+            )
+        if factor_dtype is not None and not factor_dtype.is_floating_point:
+            raise ValueError(f"factor_dtype must be a floating dtype, got {factor_dtype!r}")
+        self.rank = rank
+        self.fallback = fallback
+        self.factor_dtype = factor_dtype
+        self.power_iterations = power_iterations
+
+    def compress(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        state: dict[str, Tensor] | None = None,
+    ) -> Payload:
+        """Compress ``x``; ``state`` (if given) holds and receives the warm-start ``"q"``."""
+        _check_float(x)
+        if x.dim() < 2:
+            inner = self.fallback.compress(x, generator)
+            sent = {_FALLBACK + k: v for k, v in inner.sent.items()}
+            derived = {_FALLBACK + k: v for k, v in inner.derived.items()}
+            return Payload(sent, x.shape, x.dtype, derived)
+        fdt = self.factor_dtype or x.dtype
+        m_rows = x.shape[0]
+        mat = x.detach().reshape(m_rows, -1)
+        n_cols = mat.shape[1]
+        r = min(self.rank, m_rows, n_cols)
+        if r * (m_rows + n_cols) >= m_rows * n_cols:
+            return Payload({"values": mat.reshape(-1).to(fdt).clone()}, x.shape, x.dtype)
+        work = mat if mat.dtype in (torch.float32, torch.float64) else mat.float()
+        q = None if state is None else state.get("q")
+        if q is None or q.shape != (n_cols, r):
+            q = torch.randn(n_cols, r, generator=generator, dtype=work.dtype, device="cpu")
+        q = q.to(device=work.device, dtype=work.dtype)
+        for _ in range(self.power_iterations):
+            p = _orthonormal_columns(work @ q)
+            q = work.T @ p
+        if state is not None:
+            state["q"] = q.detach().clone()
+        return Payload({"p": p.to(fdt), "q": q.to(fdt)}, x.shape, x.dtype)
+
+    def _fallback_payload(self, payload: Payload) -> Payload | None:
+        if not any(k.startswith(_FALLBACK) for k in payload.sent):
+            return None
+        n = len(_FALLBACK)
+        return Payload(
+            {k[n:]: v for k, v in payload.sent.items()},
+            payload.shape,
+            payload.dtype,
+            {k[n:]: v for k, v in payload.derived.items()},
+        )
+
+    def decompress(self, payload: Payload) -> Tensor:
+        inner = self._fallback_payload(payload)
+        if inner is not None:
+            return self.fallback.decompress(inner)
+        if "values" in payload.sent:
+            return payload.sent["values"].to(payload.dtype).reshape(payload.shape).clone()
+        p = payload.sent["p"].to(payload.dtype)
+        q = payload.sent["q"].to(payload.dtype)
+        return (p @ q.T).reshape(payload.shape)
+
+    def bits_sent(self, payload: Payload) -> int:
+        inner = self._fallback_payload(payload)
+        if inner is not None:
+            return self.fallback.bits_sent(inner)
+        return sum(t.numel() * _value_bits(t.dtype) for t in payload.sent.values())

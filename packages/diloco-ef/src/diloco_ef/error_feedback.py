@@ -77,6 +77,9 @@ class ErrorFeedback:
         self.compressor = compressor
         self.enabled = bool(enabled)
         self.errors: dict[Hashable, Tensor] = {}
+        #: per-key state of a stateful compressor (e.g. :class:`~diloco_ef.compressors.LowRank`'s
+        #: warm-start factor); kept whether or not the error buffers are enabled.
+        self.states: dict[Hashable, dict[str, Tensor]] = {}
 
     def send(self, key: Hashable, u: Tensor, generator: torch.Generator | None = None) -> Sent:
         """Compress ``u`` plus the buffered error of ``key``; update the buffer."""
@@ -87,7 +90,10 @@ class ErrorFeedback:
                 f"error buffer {key!r} has shape {tuple(e.shape)}, input has {tuple(u.shape)}"
             )
         v = u if e is None else e + u
-        payload = self.compressor.compress(v, generator)
+        if self.compressor.stateful:
+            payload = self.compressor.compress(v, generator, state=self.states.setdefault(key, {}))
+        else:
+            payload = self.compressor.compress(v, generator)
         s = self.compressor.decompress(payload)
         if self.enabled:
             self.errors[key] = v - s
@@ -95,10 +101,18 @@ class ErrorFeedback:
         return Sent(payload, s, self.compressor.bits_sent(payload), contraction(v, s), sq)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"errors": {k: v.clone() for k, v in self.errors.items()}, "enabled": self.enabled}
+        return {
+            "errors": {k: v.clone() for k, v in self.errors.items()},
+            "states": {k: {n: t.clone() for n, t in d.items()} for k, d in self.states.items()},
+            "enabled": self.enabled,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.errors = {k: v.clone() for k, v in state["errors"].items()}
+        # Checkpoints written before stateful compressors existed have no "states".
+        self.states = {
+            k: {n: t.clone() for n, t in d.items()} for k, d in state.get("states", {}).items()
+        }
         self.enabled = bool(state["enabled"])
 
 
@@ -173,7 +187,11 @@ class EFSGD(torch.optim.Optimizer):
                     g = g.add(p, alpha=group["weight_decay"])
                 v = state["error"] + group["lr"] * g
                 gen = keyed_generator(self.seed, state["step"], index)
-                payload = self.compressor.compress(v, gen)
+                if self.compressor.stateful:
+                    comp_state = state.setdefault("compressor", {})
+                    payload = self.compressor.compress(v, gen, state=comp_state)
+                else:
+                    payload = self.compressor.compress(v, gen)
                 s = self.compressor.decompress(payload)
                 state["error"] = v - s
                 state["step"] += 1

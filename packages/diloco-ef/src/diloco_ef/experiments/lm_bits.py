@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -46,7 +47,17 @@ from shared_core.experiment import ExperimentResult, RunContext, line_plot, prog
 
 from .._rng import derive_seed
 from ..algorithms import DiLoCo, local_step_size_schedule
-from ..compressors import QSGD, AbsmaxQuant, Compressor, Int8Absmax, RandomK, ScaledSign, TopK
+from ..compressors import (
+    QSGD,
+    AbsmaxQuant,
+    Compressor,
+    Identity,
+    Int8Absmax,
+    LowRank,
+    RandomK,
+    ScaledSign,
+    TopK,
+)
 
 LOSS_TOL = 0.02
 BYTES_FACTOR = 500.0
@@ -77,18 +88,60 @@ class Config:
     outer: tuple[tuple[float, float], ...] = ((0.7, 0.9), (0.9, 0.8))
     c: float = 80.0  # local step-size rule eta_l = c / (H sqrt(T))
     references: bool = True
+    # Step schedule applied the same way to every method (both sides): the inner step of round
+    # r out of R = steps / H is its base value times f(r / R); "constant": f = 1, "cosine":
+    # f(u) = (1 + cos(pi u)) / 2. For DDP (H = 1, inner step 1) that scales each gradient.
+    schedule: str = "constant"
+    # references (compressor, H, inner lr or None for the rule, outer lr, outer momentum);
+    # None: DEFAULT_REFS
+    refs: tuple[tuple[str, int, float | None, float, float], ...] | None = None
+
+
+DEFAULT_REFS: tuple[tuple[str, int, float | None, float, float], ...] = (
+    ("none", 64, None, 0.9, 0.8),
+    ("int8", 128, 0.3, 0.7, 0.9),  # the earlier setting (inner 0.3, paper's outer)
+    ("top-k 0.04", 32, None, 0.9, 0.8),
+    ("random-k 0.03", 32, None, 0.9, 0.8),
+    ("qsgd-3b", 64, None, 0.9, 0.8),
+)
 
 
 QUICK = Config()
 # The same task on six seeds that the pilot runs (seeds 0-2) never saw.
 FULL = Config(seeds=(3, 4, 5, 6, 7, 8))
 
+# Longer runs at the same H (``lm_bits_long``): 2048 inner steps per worker, everything else,
+# both grids included, as above; the references are dense DiLoCo at H=64 and H=32 and the
+# low-rank compressor at both H (rank 2 at H=64, rank 1 at H=32, bfloat16 factors, int8 biases;
+# plain outer SGD at H=32, where outer momentum diverged in the pilot).
+LONG_REFS: tuple[tuple[str, int, float | None, float, float], ...] = (
+    ("none", 64, None, 0.9, 0.8),
+    ("none", 32, None, 0.9, 0.8),
+    ("lowrank2-bf16+int8", 64, None, 0.9, 0.8),
+    ("lowrank1-bf16+int8", 32, None, 0.9, 0.0),
+)
+LONG_QUICK = Config(steps=2048, refs=LONG_REFS)
+LONG_FULL = Config(steps=2048, seeds=(3, 4, 5, 6, 7, 8), refs=LONG_REFS)
+
+
+_LOWRANK = re.compile(r"lowrank(\d+)(-bf16)?(?:\+(.+))?")
+
 
 def make_compressor(name: str) -> Compressor | None:
     """``none``, ``int8``, ``absmax-<b>b``, ``sign``, ``top-k <r>``, ``random-k <r>``,
-    ``qsgd-<b>b`` (contractive)."""
+    ``qsgd-<b>b`` (contractive), ``lowrank<q>[-bf16][+<fallback>]`` (rank-q factors, bfloat16
+    factors with ``-bf16``; vectors through ``<fallback>``, one of the names above, dense
+    float32 when absent)."""
     if name == "none":
         return None
+    lr = _LOWRANK.fullmatch(name)
+    if lr is not None:
+        fb = make_compressor(lr.group(3)) if lr.group(3) else None
+        return LowRank(
+            int(lr.group(1)),
+            fallback=fb if fb is not None else Identity(),
+            factor_dtype=torch.bfloat16 if lr.group(2) else None,
+        )
     if name == "int8":
         return Int8Absmax()
     if name == "sign":
@@ -133,18 +186,24 @@ def methods_for(cfg: Config) -> list[Method]:
             name = f"DiLoCo-EF {comp} H={h} outer ({lr}, {m})"
             ms.append(Method(name, "DiLoCo-EF", comp, h, rule(h), lr, m))
     if cfg.references:
-        refs = [  # (compressor, H, inner lr, outer lr, outer momentum)
-            ("none", 64, rule(64), 0.9, 0.8),
-            ("int8", 128, 0.3, 0.7, 0.9),  # the earlier setting (inner 0.3, paper's outer)
-            ("top-k 0.04", 32, rule(32), 0.9, 0.8),
-            ("random-k 0.03", 32, rule(32), 0.9, 0.8),
-            ("qsgd-3b", 64, rule(64), 0.9, 0.8),
-        ]
+        refs = cfg.refs if cfg.refs is not None else DEFAULT_REFS
         for comp, h, ilr, lr, m in refs:
+            ilr = rule(h) if ilr is None else ilr
             kind = "DiLoCo dense" if comp == "none" else f"DiLoCo-EF {comp}"
             name = f"ref: {kind} H={h} inner {ilr:.3g} outer ({lr}, {m})"
             ms.append(Method(name, "reference", comp, h, ilr, lr, m))
     return ms
+
+
+def schedule_factor(kind: str, r: int, rounds: int) -> float:
+    """The step multiplier of round ``r`` of ``rounds`` (see ``Config.schedule``)."""
+    if not 0 <= r < rounds:
+        raise ValueError(f"round {r} is outside 0..{rounds - 1}")
+    if kind == "constant":
+        return 1.0
+    if kind == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * r / rounds))
+    raise ValueError(f"unknown schedule {kind!r}")
 
 
 def make_chain(vocab: int, seed: int, sharpness: float = 2.5) -> Tensor:
@@ -222,6 +281,7 @@ def run_method(m: Method, cfg: Config, data: dict[str, Any], seed: int) -> dict[
         return torch.optim.SGD(p, lr=m.outer_lr, momentum=m.outer_momentum, nesterov=nesterov)
 
     h = m.h
+    rounds = cfg.steps // h
     algo = DiLoCo(
         model,
         inner,
@@ -229,6 +289,7 @@ def run_method(m: Method, cfg: Config, data: dict[str, Any], seed: int) -> dict[
         inner_steps=h,
         num_workers=cfg.workers,
         compressor=make_compressor(m.comp),
+        inner_lr=lambda r: m.inner_lr * schedule_factor(cfg.schedule, r, rounds),
         seed=seed,
     )
     idx = data["batches"]  # (workers, steps, batch)
@@ -237,7 +298,7 @@ def run_method(m: Method, cfg: Config, data: dict[str, Any], seed: int) -> dict[
         b = idx[w, r * h + step]
         return nn.functional.cross_entropy(mod(data["ctx"][w][b]), data["nxt"][w][b])
 
-    for _ in range(cfg.steps // h):
+    for _ in range(rounds):
         algo.round(loss_fn)
     with torch.no_grad():
         val = float(nn.functional.cross_entropy(algo.model(data["ctx_val"]), data["nxt_val"]))
