@@ -108,3 +108,32 @@ def test_deterministic_under_a_seed():
         )
         outs.append(([p.source for p in port.programs], hist.records[-1]["val_kl"]))
     assert outs[0] == outs[1]
+
+
+def test_pursuit_grows_to_the_planted_rule_and_lowers_the_loss():
+    """A teacher scoring ``-d_cur + 0.1 log(later_cost)`` (sharp softmax): starting from
+    ``-d_cur``, forward selection must add that term with the planted coefficient ratio."""
+    from epb.features import TSP_NODE_FEATURES
+    from epb.portfolio import masked_log_softmax
+
+    def logits(st):
+        f = node_features(st)
+        return (-f["d_cur"] + 0.1 * f["later_cost"].clamp_min(1e-9).log()) / 0.05
+
+    g = torch.Generator().manual_seed(11)
+    bank = collect_states(FunctionTeacher(logits), random_tsp(9, 13, g), starts=3)
+
+    def objective(s):
+        return kl_per_state(bank.teacher_logp, masked_log_softmax(s, bank.mask), bank.mask).mean()
+
+    prop = ExpressionProposer(features=TSP_NODE_FEATURES, max_terms=3, steps=300, pursuit=True)
+    base, base_loss = fit_constants(Expr([Term(-1.0, "id", "d_cur")]), bank.feats, objective, 300)
+    grown = prop.pursue(base, bank.feats, objective)
+    assert [len(e.terms) for _, e in grown] == [2, 3]
+    losses = [base_loss] + [loss for loss, _ in grown]
+    assert losses[1] < 0.5 * losses[0] and losses[2] <= losses[1] + 1e-6
+    assert losses[1] < 0.05
+    e = grown[0][1]
+    assert (e.terms[1].feature, e.terms[1].op, e.terms[1].factor) == ("later_cost", "log", None)
+    c_cur, c_later = e.terms[0].coef, e.terms[1].coef
+    assert c_cur < 0 and abs(c_later / -c_cur - 0.1) < 0.02

@@ -7,7 +7,16 @@ from shared_core.experiment import RunContext
 
 
 def tiny(quick, n=20):
-    return dict(train_inst=4, train_starts=2, val_inst=2, iterations=1, test=6, candidates=1)
+    return dict(
+        train_inst=4,
+        train_starts=2,
+        val_inst=2,
+        iterations=1,
+        test=6,
+        candidates=1,
+        pursuit=True,
+        max_terms=3,
+    )
 
 
 def test_tsp_quick_path_on_tiny_config(tmp_path, monkeypatch):

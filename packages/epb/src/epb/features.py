@@ -30,11 +30,28 @@ name                      meaning
                           ends of its routes), else 0; TSP: zeros
 ``cw_route``              CVRP: 1 where the node is on the same savings route as the current
                           customer (0 everywhere at the depot); TSP: zeros
+``second_to_unvisited``   distance to the second-nearest other unvisited node (only one left:
+                          the nearest; none: 0)
+``knn_unvisited``         local density: mean distance to the (up to) 3 nearest other unvisited
+                          nodes (none: 0)
+``cur_rank_at``           how many other unvisited nodes are strictly closer to the node than the
+                          current node is (0: the current node is the node's nearest neighbour
+                          among what is left)
+``cos_centroid``          cosine of the angle at the current node between the step to the node
+                          and the direction of the centroid of the unvisited nodes (0 when
+                          either vector is zero)
+``sweep_angle``           angle in ``[0, pi]`` at the centroid of all nodes between the current
+                          node and the node (how far round the instance the step jumps)
+``later_cost``            cost of leaving the node for later: ``d(a,j) + d(j,b) - d(a,b)`` for
+                          ``a, b`` its two nearest among the other unvisited nodes and the tour
+                          start / depot (only one such node: ``2 d(a,j)``)
 ========================  ===================================================================
 
 ``saving``, ``cw_link`` and ``cw_route`` make the savings construction a primitive a program
 can call (see :mod:`epb.localsearch`); the offline search offers them for CVRP only
-(:data:`CVRP_NODE_FEATURES`).
+(:data:`CVRP_NODE_FEATURES`). The last six (:data:`LOOKAHEAD_FEATURES`) describe the
+neighbourhood a node leaves behind or the geometry of the step; the TSP search vocabulary
+:data:`TSP_NODE_FEATURES` adds them to :data:`NODE_FEATURES`.
 
 Example:
     >>> import torch
@@ -72,6 +89,22 @@ FEATURES = (
     "saving",
     "cw_link",
     "cw_route",
+    "second_to_unvisited",
+    "knn_unvisited",
+    "cur_rank_at",
+    "cos_centroid",
+    "sweep_angle",
+    "later_cost",
+)
+
+#: Neighbourhood and geometry features (the last six of :data:`FEATURES`).
+LOOKAHEAD_FEATURES = (
+    "second_to_unvisited",
+    "knn_unvisited",
+    "cur_rank_at",
+    "cos_centroid",
+    "sweep_angle",
+    "later_cost",
 )
 
 #: Savings-construction features (meaningful for CVRP only).
@@ -81,11 +114,15 @@ SAVINGS_FEATURES = ("saving", "cw_link", "cw_route")
 NODE_FEATURES = tuple(
     f
     for f in FEATURES
-    if f not in ("d_cur_first", "remaining", "progress", "left", *SAVINGS_FEATURES)
+    if f
+    not in ("d_cur_first", "remaining", "progress", "left", *SAVINGS_FEATURES, *LOOKAHEAD_FEATURES)
 )
 
 #: The CVRP search vocabulary: the node features plus the savings-construction primitives.
 CVRP_NODE_FEATURES = NODE_FEATURES + SAVINGS_FEATURES
+
+#: The TSP search vocabulary: the node features plus the neighbourhood / geometry features.
+TSP_NODE_FEATURES = NODE_FEATURES + LOOKAHEAD_FEATURES
 
 ROUTER_FEATURES = (
     "progress",
@@ -140,6 +177,7 @@ def node_features(st: RolloutState) -> dict[str, Tensor]:
         cw_route = ((rid == cur_r) & (cur_r >= 0)).to(d_cur.dtype)
     else:
         cw_link = cw_route = torch.zeros_like(d_cur)
+    look = lookahead_features(st, dist, unv, d_cur, du, big, eye)
     return {
         "d_cur": d_cur,
         "d_first": d_first,
@@ -160,6 +198,56 @@ def node_features(st: RolloutState) -> dict[str, Tensor]:
         "saving": d_cf + d_first - d_cur,
         "cw_link": cw_link,
         "cw_route": cw_route,
+        **look,
+    }
+
+
+def lookahead_features(st, dist, unv, d_cur, du, big, eye) -> dict[str, Tensor]:
+    """:data:`LOOKAHEAD_FEATURES`; ``du`` is ``dist`` with entries to visited nodes and the
+    diagonal replaced by ``big``."""
+    r, n = d_cur.shape
+    rows = torch.arange(r)
+    zero = torch.zeros_like(d_cur)
+    cnt = (du < big).sum(-1)  # other unvisited nodes per node
+    k = min(3, n)
+    near = du.topk(k, -1, largest=False).values  # (R, n, k)
+    avail = near < big
+    second = near[..., 1] if k > 1 else near[..., 0]
+    second = torch.where(cnt >= 2, second, torch.where(cnt >= 1, near[..., 0], zero))
+    knn = (near * avail).sum(-1) / avail.sum(-1).clamp_min(1)
+    # other unvisited nodes strictly closer to j than the current node is
+    closer = (du < d_cur[:, :, None]).sum(-1).to(d_cur.dtype)
+    xy = st.inst.coords
+    cur_xy = xy[rows, st.current]  # (R, 2)
+    w = unv.to(xy.dtype)
+    cen = (xy * w[..., None]).sum(1) / w.sum(1, keepdim=True).clamp_min(1)
+    v = xy - cur_xy[:, None]  # (R, n, 2)
+    u = cen - cur_xy  # (R, 2)
+    den = v.norm(dim=-1) * u.norm(dim=-1, keepdim=True)
+    cos = torch.where(den > 1e-12, (v * u[:, None]).sum(-1) / den.clamp_min(1e-30), zero)
+    g = xy.mean(1, keepdim=True)  # (R, 1, 2) centroid of all nodes
+    a = xy - g
+    b = cur_xy[:, None] - g
+    ang = torch.atan2(a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0], (a * b).sum(-1)).abs()
+    # leaving j for later: two nearest among the other unvisited nodes and the start / depot
+    ends = du.clone()
+    ends[rows, :, st.first] = dist[rows, :, st.first]
+    ends = ends.masked_fill(eye, big)
+    m = min(2, n)
+    e = ends.topk(m, -1, largest=False)
+    ne = (ends < big).sum(-1)
+    ia = e.indices[..., 0]
+    ib = e.indices[..., m - 1]
+    d_ab = dist[rows[:, None], ia, ib]
+    two = e.values[..., 0] + e.values[..., m - 1] - d_ab
+    later = torch.where(ne >= 2, two, torch.where(ne >= 1, 2 * e.values[..., 0], zero))
+    return {
+        "second_to_unvisited": second,
+        "knn_unvisited": knn,
+        "cur_rank_at": closer,
+        "cos_centroid": cos,
+        "sweep_angle": ang,
+        "later_cost": later,
     }
 
 

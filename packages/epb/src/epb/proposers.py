@@ -196,6 +196,9 @@ class ExpressionProposer:
         candidates: mutations tried per request. keep: how many best candidates are returned.
         max_terms: expression size limit. steps: Adam steps per constant fit.
         features: the node features the search may use (default: all of them).
+        pursuit: also return the program grown term by term to ``max_terms`` (forward
+            selection: :meth:`grow` adds the best pool term, :func:`fit_constants` refits all
+            constants, repeated), the move that reaches multi-term rules in one request.
     """
 
     name = "offline"
@@ -208,8 +211,10 @@ class ExpressionProposer:
         max_terms: int = 6,
         steps: int = 60,
         features: tuple[str, ...] | None = None,
+        pursuit: bool = False,
     ):
         self.rng = random.Random(seed)
+        self.pursuit = pursuit
         self.candidates, self.keep, self.max_terms, self.steps = candidates, keep, max_terms, steps
         self.features = features or NODE_FEATURES
 
@@ -281,6 +286,20 @@ class ExpressionProposer:
         base = [] if e is None else list(e.terms)
         return [Expr([*base, t]) for _, t in scored[:top]]
 
+    def pursue(self, e: Expr, feats, objective) -> list[tuple[float, Expr]]:
+        """Forward selection from ``e``: add the best pool term, refit every constant, repeat
+        up to ``max_terms``; returns each grown ``(loss, expr)``."""
+        out = []
+        while len(e.terms) < self.max_terms:
+            grown = self.grow(e, feats, objective, 1)
+            if not grown:
+                break
+            e, loss = fit_constants(grown[0], feats, objective, self.steps)
+            if not math.isfinite(loss):
+                break
+            out.append((loss, e))
+        return out
+
     def propose(self, req: ProposalRequest) -> list[Program]:
         base = req.program.expr if req.program is not None else None
         pool: list[tuple[float, Expr]] = []
@@ -300,6 +319,8 @@ class ExpressionProposer:
             e, loss = fit_constants(cand, req.feats, req.objective, self.steps)
             if math.isfinite(loss):
                 pool.append((loss, e))
+        if self.pursuit and parents:
+            pool.extend(self.pursue(parents[0], req.feats, req.objective))
         for _ in range(self.candidates):
             cand = self.mutate(self.rng.choice(parents))
             e, loss = fit_constants(cand, req.feats, req.objective, self.steps)

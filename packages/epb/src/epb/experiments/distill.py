@@ -9,7 +9,7 @@ import torch
 from shared_core.experiment import line_plot, progress
 
 from ..evolve import evolve
-from ..features import CVRP_NODE_FEATURES, NODE_FEATURES
+from ..features import CVRP_NODE_FEATURES, TSP_NODE_FEATURES
 from ..interpret import STAGES, describe, resemblance, stage_weights, teacher_agreement_by_stage
 from ..portfolio import NEG, Portfolio, collect_states, program_rollout
 from ..problems import random_instances
@@ -37,8 +37,9 @@ def seed_portfolio(kind: str) -> Portfolio:
 
 
 def vocabulary(kind: str) -> tuple[str, ...]:
-    """Node features the offline search may use (CVRP adds the savings primitives)."""
-    return NODE_FEATURES if kind == "tsp" else CVRP_NODE_FEATURES
+    """Node features the offline search may use (TSP adds the neighbourhood / geometry
+    features, CVRP the savings primitives)."""
+    return TSP_NODE_FEATURES if kind == "tsp" else CVRP_NODE_FEATURES
 
 
 def gap(lengths: torch.Tensor, ref: torch.Tensor) -> float:
@@ -57,15 +58,24 @@ def distil(
     iterations: int,
     seed: int,
     candidates: int = 8,
+    pursuit: bool = False,
+    max_terms: int = 6,
     on_iter=None,
 ):
     """Collect teacher states, run the EPB loop from the seed portfolio; returns
-    ``(portfolio, history, val_bank, seconds)``."""
+    ``(portfolio, history, val_bank, seconds)``. ``pursuit`` / ``max_terms`` configure the
+    offline proposer (:class:`epb.proposers.ExpressionProposer`)."""
     g = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     train = collect_states(teacher, random_instances(kind, train_inst, n, g), starts=train_starts)
     val = collect_states(teacher, random_instances(kind, val_inst, n, g), starts=train_starts)
-    proposer = ExpressionProposer(seed=seed, candidates=candidates, features=vocabulary(kind))
+    proposer = ExpressionProposer(
+        seed=seed,
+        candidates=candidates,
+        features=vocabulary(kind),
+        pursuit=pursuit,
+        max_terms=max_terms,
+    )
     port, hist = evolve(
         seed_portfolio(kind),
         train,
