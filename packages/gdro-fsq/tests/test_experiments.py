@@ -39,14 +39,24 @@ def test_run_method_spends_the_budget_and_reduces_the_gap():
     assert res["samples"][-1] == 601 and res["rounds"][-1] == 201  # 200 rounds of 3, one of 1
     assert res["gap"][-1] < 0.5 * start
     assert all(g <= b for g, b in zip(res["gap"], res["bound"], strict=True))
+    assert len(res["bound_hp"]) == len(res["gap"])
+    assert syn.bound_holds([res], "bound") and syn.bound_holds([res], "bound_hp")
 
     def smd(p, gen):
         return SMDFullInfo(p, prob.loss_fn, 4, lr_theta=1.0, radius=3.0, generator=gen)
 
     res = syn.run_method(prob, value, smd, ConstantSize(4, 4), 602, init, 0)
     assert res["samples"][-1] == 600  # no partial last round
-    assert res["bound"] == []
+    assert res["bound"] == [] and res["bound_hp"] == []
+    assert not syn.bound_holds([res], "bound_hp")  # a run without the bound cannot pass
     assert math.isfinite(res["gap"][-1])
+
+
+def test_bound_holds_rule():
+    ok = {"gap": [0.5, 0.1], "bound": [0.6, 0.1]}
+    bad = {"gap": [0.5, 0.2], "bound": [0.6, 0.1]}
+    assert syn.bound_holds([ok], "bound")
+    assert not syn.bound_holds([ok, bad], "bound")
 
 
 def test_registered_as_headline_experiment():

@@ -12,7 +12,9 @@ caller fixes how many groups :math:`r_t \in [1, m]` may be queried; the optimize
   entropy) on importance-weighted loss estimates for :math:`q`, with the query set drawn from
   :math:`\pi = (1-\gamma_t)a(q_t, r_t) + \gamma_t r_t/m`; anytime step sizes that follow the
   per-round variance of the estimates (:math:`m/r_t` for :math:`q`, :math:`\kappa_t^2` for
-  :math:`\theta`); averaged iterates; the running error bound :meth:`GDROFSQ.bound`.
+  :math:`\theta`); averaged iterates; the running error bound :meth:`GDROFSQ.bound` and the
+  high-probability bound :meth:`GDROFSQ.bound_hp`; ``estimator="ix"`` replaces the estimates
+  of ``q`` by implicit-exploration cost estimates (:func:`fsq_bound_hp_ix`).
 * :class:`OneSampleBandit`: the same game with :math:`r_t = 1` (one sample per round).
 * :class:`SMDFullInfo`: stochastic mirror descent with :math:`m` samples per round.
 * :class:`SagawaGDRO`: online group DRO (exponentiated gradient on the sampled groups' raw
@@ -66,12 +68,15 @@ __all__ = [
     "exploration_rate",
     "fsq_bound",
     "fsq_bound_hp",
+    "fsq_bound_hp_ix",
     "importance_weighted_losses",
+    "ix_cost_estimates",
     "q_step_size",
 ]
 
 LossFn = Callable[[Any, Any], Tensor]
 THETA_UPDATES = ("ftrl-prox", "ftrl", "sgd")
+ESTIMATORS = ("iw", "ix")
 
 
 class Query(NamedTuple):
@@ -127,6 +132,32 @@ def importance_weighted_losses(values: Tensor, groups: Tensor, probs: Tensor, m:
     """
     out = torch.zeros(m, dtype=values.dtype)
     out[groups] = values / probs.to(values.dtype)
+    return out
+
+
+def ix_cost_estimates(
+    scaled: Tensor, groups: Tensor, probs: Tensor, m: int, gamma: float
+) -> Tensor:
+    r"""Implicit-exploration cost estimates :math:`\hat c_i = (1 - \ell_i/B)\mathbb 1[i\in S]
+    /(\pi_i + \gamma)`.
+
+    Their mean is :math:`c_i\pi_i/(\pi_i + \gamma) \le c_i`: they underestimate the costs
+    (optimistic for the player who minimises them), which is what gives the high-probability
+    bound :func:`fsq_bound_hp_ix` its :math:`\sqrt t` rate (README, "Implicit exploration").
+
+    Args:
+        scaled: the queried groups' losses divided by the loss bound, in ``[0, 1]``, shape ``(r,)``.
+        groups: the queried groups, shape ``(r,)``, distinct.
+        probs: their inclusion probabilities, shape ``(r,)``.
+        m: the number of groups.
+        gamma: the implicit-exploration parameter :math:`\gamma \ge 0` (0: unbiased).
+
+    Example:
+        >>> ix_cost_estimates(torch.tensor([0.25]), torch.tensor([1]), torch.tensor([0.5]), 3, 0.25)
+        tensor([0., 1., 0.])
+    """
+    out = torch.zeros(m, dtype=scaled.dtype)
+    out[groups] = (1 - scaled) / (probs.to(scaled.dtype) + gamma)
     return out
 
 
@@ -252,6 +283,92 @@ def fsq_bound_hp(
         + second_moment_sum
         + math.sqrt(0.5 * kappa_sq_sum * math.log(4 / delta))
         + float(dev.min(dim=1).values.max())
+    )
+    return (theta + noise + loss_bound * q) / t
+
+
+#: the size of the grid :math:`\lambda_k = 2^{-k/4}` (:func:`ix_grid`) of
+#: :func:`fsq_bound_hp_ix`: finer than :data:`HP_GRID`'s dyadic one because there the best
+#: admissible point is the largest one below :math:`2\gamma_{\min}`, not a free optimum.
+HP_GRID_IX = 240
+
+
+def ix_grid() -> list[float]:
+    r"""The grid :math:`\lambda_k = 2^{-k/4}`, :math:`k <` :data:`HP_GRID_IX` (from 1 down)."""
+    return [2.0 ** (-k / 4) for k in range(HP_GRID_IX)]
+
+
+def fsq_bound_hp_ix(
+    t: int,
+    delta: float,
+    n_groups: int,
+    *,
+    kappa_sq_sum: float,
+    noise_sq_sum: float,
+    reg_radius: float,
+    radius: float,
+    grad_bound: float,
+    lr_theta: float,
+    loss_bound: float,
+    eta_q: float,
+    second_moment_sum: float,
+    bias_sum: float,
+    gamma_min: float,
+    full_rounds: int,
+    lag: float = 0.0,
+) -> float:
+    r"""The high-probability bound of the implicit-exploration variant (``estimator="ix"``).
+
+    .. math::
+
+        \varepsilon_t \le \frac1t\Big[\frac{R^2\sqrt{K_t+\lambda}}{2c_\theta}
+        + c_\theta G^2\sqrt{K_t}
+        + D\sqrt{2 N_t\log(4/\delta)} + D\sqrt{2 N_t\log(8/\delta)}
+        + B\Big(\frac{\log m}{\eta_t} + A_t + \beta_t + \sqrt{\tfrac12 K_t\log(4/\delta)}
+        + \min_{k:\,\lambda_k \le 2\gamma_{\min}}\big(\frac{\lambda_k n_t}{8}
+        + \frac{\log(4mk_{\max}/\delta)}{\lambda_k}\big)\Big)\Big]
+
+    with :math:`A_t = \sum_j\frac{\eta_j}{2}\sum_i q_{j,i}\hat c_{j,i}^2`
+    (``second_moment_sum``), :math:`\beta_t = \sum_j\gamma_j\sum_i q_{j,i}/(\pi_{j,i}+\gamma_j)`
+    (``bias_sum``, a bound on the estimates' total downward bias), :math:`\gamma_{\min}` the
+    smallest positive :math:`\gamma_j` so far (``gamma_min``; ``inf`` if none),
+    :math:`n_t` the rounds with :math:`\gamma_j = 0` (``full_rounds``, the rounds with
+    :math:`r_j = m`), :math:`\lambda_k = 2^{-k/4}`, :math:`k < k_{\max}` = :data:`HP_GRID_IX`; the
+    other symbols as in :func:`fsq_bound_hp`. With :math:`\gamma_j = \eta_j/2` every term is
+    :math:`O(\sqrt{V_t}\,\log(m/\delta)/\sqrt{\log m})`, :math:`V_t = \sum_j m/r_j`
+    (README, "Implicit exploration").
+
+    Example:
+        >>> kw = dict(kappa_sq_sum=400.0, noise_sq_sum=900.0, reg_radius=2, radius=1,
+        ...           grad_bound=1, lr_theta=1.4, loss_bound=1, eta_q=0.05,
+        ...           second_moment_sum=20.0, bias_sum=20.0, gamma_min=0.025, full_rounds=0)
+        >>> fsq_bound_hp_ix(100, 0.01, 5, **kw) > fsq_bound_hp_ix(100, 0.1, 5, **kw)
+        True
+    """
+    if t < 1:
+        raise ValueError(f"the bound needs t >= 1, got {t}")
+    if not (0 < delta < 1):
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    m = int(n_groups)
+    theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
+        2 * lr_theta
+    ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
+    noise = (
+        radius
+        * math.sqrt(2 * noise_sq_sum)
+        * (math.sqrt(math.log(4 / delta)) + math.sqrt(math.log(8 / delta)))
+    )
+    log_term = math.log(4 * m * HP_GRID_IX / delta)
+    valid = [lam for lam in ix_grid() if lam <= 2 * gamma_min]
+    if not valid:
+        return math.inf
+    dev = min(lam * full_rounds / 8 + log_term / lam for lam in valid)
+    q = (
+        math.log(m) / eta_q
+        + second_moment_sum
+        + bias_sum
+        + math.sqrt(0.5 * kappa_sq_sum * math.log(4 / delta))
+        + dev
     )
     return (theta + noise + loss_bound * q) / t
 
@@ -602,7 +719,15 @@ class GDROFSQ(GroupGame):
             :class:`GroupGame`).
         explore: use the adaptive exploration :math:`\gamma_t` and the step cap (``False``:
             :math:`\gamma = 0`, no cap; the estimates are then unbounded and :meth:`bound` is
-            refused).
+            refused). Only for ``estimator="iw"``.
+        estimator: player 2's estimates. ``"iw"`` (default): the importance-weighted gains
+            above, with the explicit exploration. ``"ix"``: implicit exploration on the costs
+            :math:`c = 1 - \ell/B`: no explicit exploration (:math:`\pi_t = a(q_t, r_t)`),
+            no step cap, :math:`q_t = \operatorname{softmax}(-\eta_t\hat C_{t-1})` with
+            :math:`\hat c_{t,i} = c_{t,i}\mathbb 1[i\in S_t]/(\pi_{t,i} + \gamma_t)`,
+            :math:`\gamma_t = \eta_t/2` for :math:`r_t < m` and 0 for :math:`r_t = m`;
+            its :meth:`bound_hp` (:func:`fsq_bound_hp_ix`) has the :math:`\sqrt t` rate for
+            every :math:`r` (README, "Implicit exploration").
     """
 
     def __init__(
@@ -619,8 +744,12 @@ class GDROFSQ(GroupGame):
         model: Any = None,
         theta_update: str = "ftrl-prox",
         explore: bool = True,
+        estimator: str = "iw",
         generator: torch.Generator | None = None,
     ) -> None:
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        self.estimator = estimator
         self.grad_bound = _positive("grad_bound", grad_bound, allow_none=True)
         default_lr = lr_theta is None
         if default_lr and (radius is None or grad_bound is None):
@@ -638,7 +767,7 @@ class GDROFSQ(GroupGame):
             generator=generator,
         )
         self.lr_q = _positive("lr_q", lr_q)
-        self.explore = bool(explore)
+        self.explore = bool(explore) and estimator == "iw"
         # kappa <= 2 / (1 - gamma) with gamma <= 1/2 (README, "Why the variance is m/r")
         self.kappa_bound_sq = 16.0 if self.explore else 4.0
         self.reg_radius: float | None = None
@@ -660,6 +789,10 @@ class GDROFSQ(GroupGame):
         self.game["eta_cap"] = 1.0
         self.game["eta_q"] = math.nan
         self.game["gamma"] = math.nan
+        # for the implicit-exploration variant (fsq_bound_hp_ix)
+        self.game["bias_sum"] = 0.0
+        self.game["gamma_min"] = math.inf
+        self.game["full_rounds"] = 0
 
     def _step_cap(self, r: int) -> float:
         """The largest :math:`\\eta` a round of size ``r`` allows: ``r/(2m)`` (so that
@@ -670,6 +803,11 @@ class GDROFSQ(GroupGame):
         m = self.n_groups
         var_sum = self.game["var_sum"] + m / r
         eta = q_step_size(self.lr_q, m, var_sum)
+        if self.estimator == "ix":  # costs, no explicit exploration, implicit gamma = eta/2
+            self.game["q"] = torch.softmax(-eta * self.game["est_sum"], dim=0)
+            self.game["eta_q"] = eta
+            self.game["gamma"] = eta / 2 if r < m else 0.0
+            return inclusion_probabilities(self.game["q"], r, 0.0)
         if self.explore:
             eta = min(eta, self.game["eta_cap"], self._step_cap(r))
         self.game["q"] = torch.softmax(eta * self.game["est_sum"], dim=0)
@@ -684,11 +822,24 @@ class GDROFSQ(GroupGame):
         return self.game["q"][query.groups] / query.probs
 
     def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
-        est = importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
-        self.game["est_sum"] = self.game["est_sum"] + est
         q = self.game["q"]
-        self.game["second_moment_sum"] += float(self.game["eta_q"] * (q * est**2).sum())
-        self.game["inv_pi_sum"] = self.game["inv_pi_sum"] + 1.0 / query.pi.to(torch.float64)
+        if self.estimator == "ix":
+            gamma = float(self.game["gamma"])
+            est = ix_cost_estimates(scaled, query.groups, query.probs, self.n_groups, gamma)
+            # e^{-x} <= 1 - x + x^2/2 (x >= 0): the second-order term carries a 1/2
+            self.game["second_moment_sum"] += float(self.game["eta_q"] / 2 * (q * est**2).sum())
+            pi = query.pi.to(torch.float64)
+            self.game["bias_sum"] += gamma * float((q / (pi + gamma)).sum())
+            if gamma > 0:
+                self.game["gamma_min"] = min(self.game["gamma_min"], gamma)
+            else:
+                self.game["full_rounds"] += 1
+        else:
+            est = importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
+            self.game["second_moment_sum"] += float(self.game["eta_q"] * (q * est**2).sum())
+            # (with ix, pi has no exploration floor and W is not used)
+            self.game["inv_pi_sum"] = self.game["inv_pi_sum"] + 1.0 / query.pi.to(torch.float64)
+        self.game["est_sum"] = self.game["est_sum"] + est
         kappa = max_weight_sum(q, query.pi, query.r)
         self.game["noise_sq_sum"] += (kappa + 1.0) ** 2 * (self.grad_bound or 0.0) ** 2
         self.game["var_sum"] += self.n_groups / query.r
@@ -697,7 +848,7 @@ class GDROFSQ(GroupGame):
     def _check_bound_ready(self) -> None:
         if self.radius is None or self.grad_bound is None:
             raise ValueError("the bound needs radius and grad_bound")
-        if not self.explore:
+        if not self.explore and self.estimator == "iw":
             raise ValueError("the bound needs the exploration (explore=True)")
         if self.t == 0:
             raise ValueError("the bound is defined after the first round")
@@ -716,12 +867,33 @@ class GDROFSQ(GroupGame):
             lr_q=self.lr_q,
             loss_bound=self.loss_bound,
             lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
-            q_cap=self.game["eta_cap"],
+            # the ix variant has no step cap (its estimates are nonnegative costs)
+            q_cap=math.inf if self.estimator == "ix" else self.game["eta_cap"],
         )
 
     def bound_hp(self, delta: float = 0.1) -> float:
-        """:func:`fsq_bound_hp` at the current round: holds with probability ``1 - delta``."""
+        """:func:`fsq_bound_hp` (or :func:`fsq_bound_hp_ix` for ``estimator="ix"``) at the
+        current round: holds with probability ``1 - delta``."""
         self._check_bound_ready()
+        if self.estimator == "ix":
+            return fsq_bound_hp_ix(
+                self.t,
+                delta,
+                self.n_groups,
+                kappa_sq_sum=self.game["kappa_sq_sum"],
+                noise_sq_sum=self.game["noise_sq_sum"],
+                reg_radius=self.reg_radius,
+                radius=self.radius,
+                grad_bound=self.grad_bound,
+                lr_theta=self.param_groups[0]["lr_theta"],
+                loss_bound=self.loss_bound,
+                eta_q=self.game["eta_q"],
+                second_moment_sum=self.game["second_moment_sum"],
+                bias_sum=self.game["bias_sum"],
+                gamma_min=self.game["gamma_min"],
+                full_rounds=self.game["full_rounds"],
+                lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
+            )
         return fsq_bound_hp(
             self.t,
             delta,
