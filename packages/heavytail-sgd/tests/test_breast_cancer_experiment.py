@@ -18,13 +18,29 @@ def prob():
 
 
 def test_data_are_standardised_with_pm1_labels():
-    a, y = bc.load_data()
+    a, y = bc.load_data(whiten=False)
     assert a.shape == (569, 30) and a.dtype == torch.float64
     torch.testing.assert_close(a.mean(0), torch.zeros(30, dtype=torch.float64), atol=1e-12, rtol=0)
     torch.testing.assert_close(
         (a * a).mean(0), torch.ones(30, dtype=torch.float64), atol=1e-12, rtol=0
     )
     assert set(y.tolist()) == {-1.0, 1.0}
+
+
+def test_whitening_is_a_change_of_variables_with_identity_covariance():
+    a, y = bc.load_data()
+    s, y2 = bc.load_data(whiten=False)
+    assert torch.equal(y, y2)
+    eye = torch.eye(30, dtype=torch.float64)
+    torch.testing.assert_close(a.T @ a / len(a), eye, atol=1e-10, rtol=0)
+    # a = s M for a symmetric M (ZCA), recovered by least squares: same column space, same model
+    m = torch.linalg.lstsq(s, a).solution
+    torch.testing.assert_close(s @ m, a, atol=1e-9, rtol=0)
+    torch.testing.assert_close(m, m.T, atol=1e-8, rtol=1e-8)
+    # the same optimum value on both tables (predictions are invariant)
+    f_white = float(bc.make_problem(a, y)["f_star"])
+    f_std = float(bc.make_problem(s, y)["f_star"])
+    assert f_white == pytest.approx(f_std, abs=1e-11)
 
 
 def test_optimum_is_exact_and_beats_scipy_lbfgs(prob):
@@ -53,9 +69,10 @@ def test_smoothness_constant_bounds_the_hessian_everywhere(prob):
         x = 3.0 * torch.randn(30, generator=g, dtype=torch.float64)
         top = float(torch.linalg.eigvalsh(cr._logistic_hessian(a, y, x))[-1])
         assert top <= float(prob["L"]) * (1 + 1e-12)
-    # attained in the limit x -> 0 (sigmoid' = 1/4 there)
+    # attained in the limit x -> 0 (sigmoid' = 1/4 there); whitened, exactly 1/4
     top0 = float(torch.linalg.eigvalsh(cr._logistic_hessian(a, y, torch.zeros(30).double()))[-1])
     assert top0 == pytest.approx(float(prob["L"]), rel=1e-12)
+    assert float(prob["L"]) == pytest.approx(0.25, rel=1e-9)
 
 
 def test_separable_data_are_rejected():
@@ -120,12 +137,43 @@ def test_paired_log_ratio_recovers_a_known_factor():
     assert lo < -0.3 < hi and lo < m < hi and hi - lo < 0.05
 
 
+def test_horizon_rule_takes_the_first_candidate_whose_control_passes(prob):
+    """Brute force: rerun the noise-free control at every candidate up to the chosen one."""
+    p, cands, n, tol = 1.5, (11, 23, 47, 89), 3, 0.02
+    t_min, gaps, slope, ok = bc.choose_t_min(prob, p, cands, n, tol)
+    pred, L = (1 - p) / p, float(prob["L"])
+
+    def control(t):
+        hs = [round(t * 10 ** (j / 2)) for j in range(n)]
+        sigma = 2 * L / t ** (1 / p)  # the cap 1/(2L) binds exactly at the smallest horizon
+        etas = [min(1 / (2 * L), 1 / (sigma * T ** (1 / p))) for T in hs]
+        assert etas[0] == pytest.approx(1 / (2 * L))
+        runs = [bc.run_method(prob, None, T, 1, e)[0] for T, e in zip(hs, etas, strict=True)]
+        g = torch.stack(runs)
+        return g, float(cr.fit_slope(torch.tensor(hs, dtype=torch.float64), g))
+
+    for t in cands[: cands.index(t_min)]:
+        assert abs(control(t)[1] - pred) > tol
+    g, s = control(t_min)
+    torch.testing.assert_close(gaps, g)
+    assert s == pytest.approx(slope) and ok == (abs(s - pred) <= tol)
+    # no candidate passes an impossible tolerance: the last one comes back, flagged
+    t_last, _, _, ok_last = bc.choose_t_min(prob, p, cands[:2], n, 1e-9)
+    assert t_last == cands[1] and not ok_last
+    with pytest.raises(ValueError, match="at least one candidate"):
+        bc.choose_t_min(prob, p, ())
+    assert bc.horizons_from(100) == [100, 316, 1000, 3162, 10000]
+
+
 def test_quick_path_runs_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
-    monkeypatch.setattr(bc, "_horizons", lambda ctx: ([20, 60, 180], 8, 20))
+    monkeypatch.setattr(bc, "_sizes", lambda ctx: ((5, 9), 8, 20))
+    monkeypatch.setattr(bc, "N_HORIZONS", 3)
     assert bc.main(["--quick", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "result.json").read_text())
     assert len(res["table"]) == len(bc.P_VALUES) * 4
     inside = [r["prediction_in_verdict_ci"] for r in res["table"] if "verdict_ci" in r]
-    assert len(inside) == len(bc.P_VALUES) and res["holds"] == all(inside)
+    controls = [r["control_within_tol"] for r in res["table"] if "control_within_tol" in r]
+    assert len(inside) == len(controls) == len(bc.P_VALUES)
+    assert res["holds"] == (all(inside) and all(controls))
     assert sum("log_ratio_sgd_vs_this" in r for r in res["table"]) == 2 * len(bc.P_VALUES)
     assert all((tmp_path / png).is_file() for png in res["plots"])

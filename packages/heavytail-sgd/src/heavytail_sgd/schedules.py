@@ -22,6 +22,11 @@ Bregman distance from the start to a minimiser; :math:`\|x_1 - x^\star\|` in the
   i.e. the exponent :math:`(1-p)/(2p)` of :math:`T` for the gradient norm.
 * nonconvex, anytime: the same with :math:`t` in place of :math:`T`; the same order up to a
   :math:`\sqrt{\log T}` factor, for the :math:`\eta_t`-weighted average of the squared norms.
+* nonconvex, :math:`L`-smooth **without** a gradient bound (:func:`nonconvex_sgd_horizon_smooth`):
+  a weaker bound on :math:`E\min_{t\le T}\|\nabla F(x_t)\|` by truncating the noise at a level
+  :math:`\tau` used only in the analysis (:func:`nonconvex_smooth_bound`), with the step that
+  minimises it; exponent :math:`(2-2p)/(2+3p)` of :math:`T`, step :math:`\propto
+  T^{-(6-p)/(2+3p)}`.
 
 Why :math:`T^{1/p}` and the interpolation constant :math:`H`: the second-order remainder
 :math:`F(y) - F(x) - \langle\nabla F(x), y - x\rangle` is at most :math:`\frac L2\|y-x\|^2` and
@@ -57,6 +62,12 @@ __all__ = [
     "nonconvex_rate_exponent",
     "nonconvex_sgd_anytime",
     "nonconvex_sgd_horizon",
+    "nonconvex_sgd_horizon_smooth",
+    "nonconvex_smooth_bound",
+    "nonconvex_smooth_rate",
+    "nonconvex_smooth_rate_exponent",
+    "nonconvex_smooth_step",
+    "nonconvex_smooth_truncation",
 ]
 
 
@@ -251,3 +262,142 @@ def nonconvex_rate(T: int, p: float, sigma: float, delta: float, L: float, G: fl
     H = holder_constant(p, L, G)
     sq = 8 * L * delta / T + 4 * sigma * H ** (1 / p) * delta ** ((p - 1) / p) * T ** ((1 - p) / p)
     return math.sqrt(sq)
+
+
+# --------------------------------------------------------------------------------------------
+# Nonconvex, L-smooth only (no bound on the gradient): the truncation argument (README,
+# "Without G").
+
+
+def _smooth_args(T, p, sigma, delta, L):
+    return _horizon(T), check_p(p), _pos("sigma", sigma), _pos("delta", delta), _pos("L", L)
+
+
+def nonconvex_smooth_bound(
+    T: int, p: float, sigma: float, delta: float, L: float, eta: float, tau: float
+) -> float:
+    r"""Bound on :math:`E\min_{t\le T}\|\nabla F(x_t)\|` for SGD with step ``eta``, no :math:`G`.
+
+    Assumptions: :math:`F` is :math:`L`-smooth and bounded below, :math:`\Delta \ge F(x_1) -
+    \inf F`; :math:`x_{t+1} = x_t - \eta(\nabla F(x_t) + \xi_t)` with :math:`E[\xi_t | \text{past}]
+    = 0` and :math:`E[\|\xi_t\|^p | \text{past}] \le \sigma^p`; :math:`0 < \eta \le 1/L`. No bound
+    on :math:`\|\nabla F\|` is assumed. ``tau > 0`` is a truncation level of the *analysis* (SGD
+    does not clip). Then (derivation in the package README, "Without G")
+
+    .. math:: E\min_{t\le T}\|\nabla F(x_t)\| \le \Big(\frac{4\Delta}{\eta T}
+       + 4\sigma^{2p}\tau^{2-2p} + 2L\eta\sigma^p\tau^{2-p}\Big)^{1/2}
+       + \sqrt{2L\Delta}\,\min\Big(1, \frac{T\sigma^p}{\tau^p}\Big).
+
+    The first part bounds the run driven by the truncated noise (second moment
+    :math:`\le\sigma^p\tau^{2-p}`, bias :math:`\le\sigma^p\tau^{1-p}`); the second pays
+    :math:`\|\nabla F(x_1)\| \le \sqrt{2L\Delta}` on the event, of probability at most
+    :math:`T\sigma^p/\tau^p`, that some :math:`\|\xi_t\|` exceeds :math:`\tau`.
+
+    Raises:
+        ValueError: on p outside (1, 2], non-positive constants, or ``eta > 1/L``.
+    """
+    T, p, sigma, delta, L = _smooth_args(T, p, sigma, delta, L)
+    eta, tau = _pos("eta", eta), _pos("tau", tau)
+    if eta > 1 / L * (1 + 1e-12):
+        raise ValueError(f"the bound needs eta <= 1/L = {1 / L!r}, got {eta!r}")
+    inner = (
+        4 * delta / (eta * T)
+        + 4 * sigma ** (2 * p) * tau ** (2 - 2 * p)
+        + 2 * L * eta * sigma**p * tau ** (2 - p)
+    )
+    return math.sqrt(inner) + math.sqrt(2 * L * delta) * min(1.0, T * (sigma / tau) ** p)
+
+
+def nonconvex_smooth_step(
+    T: int, p: float, sigma: float, delta: float, L: float, tau: float
+) -> float:
+    r"""The step minimising :func:`nonconvex_smooth_bound` over :math:`\eta \in (0, 1/L]`.
+
+    Only :math:`4\Delta/(\eta T) + 2L\eta\sigma^p\tau^{2-p}` depends on :math:`\eta`; it is
+    convex in :math:`\eta`, with unconstrained minimiser
+    :math:`\eta^\star = (2\Delta/(TL\sigma^p\tau^{2-p}))^{1/2}`, so the constrained one is
+    :math:`\min(1/L, \eta^\star)`.
+    """
+    T, p, sigma, delta, L = _smooth_args(T, p, sigma, delta, L)
+    tau = _pos("tau", tau)
+    return min(1 / L, math.sqrt(2 * delta / (T * L * sigma**p * tau ** (2 - p))))
+
+
+def nonconvex_smooth_truncation(T: int, p: float, sigma: float, delta: float, L: float) -> float:
+    r"""The analysis' truncation level :math:`\tau` minimising the bound at its best step.
+
+    Minimises :math:`\tau \mapsto` :func:`nonconvex_smooth_bound` at
+    :func:`nonconvex_smooth_step` numerically: a grid of 4001 points in :math:`\log\tau` over
+    :math:`[\sigma e^{-10}, \sigma T^2 e^{10}]`, then golden-section search between the grid
+    neighbours of the best point. Asymptotically :math:`\tau \propto \sigma T^{5/(2+3p)}`.
+    """
+    T, p, sigma, delta, L = _smooth_args(T, p, sigma, delta, L)
+
+    def h(u: float) -> float:
+        tau = math.exp(u)
+        return nonconvex_smooth_bound(
+            T, p, sigma, delta, L, nonconvex_smooth_step(T, p, sigma, delta, L, tau), tau
+        )
+
+    lo, hi, n = math.log(sigma) - 10, math.log(sigma) + 2 * math.log(T) + 10, 4001
+    us = [lo + (hi - lo) * k / (n - 1) for k in range(n)]
+    vals = [h(u) for u in us]
+    k = min(range(n), key=vals.__getitem__)
+    a, b = us[max(k - 1, 0)], us[min(k + 1, n - 1)]
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    hc, hd = h(c), h(d)
+    for _ in range(80):
+        if hc <= hd:
+            b, d, hd = d, c, hc
+            c = b - g * (b - a)
+            hc = h(c)
+        else:
+            a, c, hc = c, d, hd
+            d = a + g * (b - a)
+            hd = h(d)
+    u = (a + b) / 2
+    return math.exp(u if h(u) <= vals[k] else us[k])
+
+
+def nonconvex_sgd_horizon_smooth(
+    T: int, p: float, sigma: float, delta: float, L: float
+) -> StepSchedule:
+    r"""Constant SGD step for nonconvex :math:`L`-smooth :math:`F` with **no** gradient bound.
+
+    :math:`\eta = \min(1/L, (2\Delta/(TL\sigma^p\tau^{2-p}))^{1/2})` at the truncation level
+    :math:`\tau` = :func:`nonconvex_smooth_truncation`: the pair minimises
+    :func:`nonconvex_smooth_bound`. Rate :func:`nonconvex_smooth_rate`, exponent
+    :math:`(2-2p)/(2+3p)` of :math:`T` (:func:`nonconvex_smooth_rate_exponent`), step
+    :math:`\propto T^{-(6-p)/(2+3p)}` for large :math:`T`. Weaker than the
+    :math:`(1-p)/(2p)` of :func:`nonconvex_sgd_horizon` for :math:`p < 2` (which needs
+    :math:`\|\nabla F\| \le G`); the same :math:`T^{-1/4}`, step :math:`\propto T^{-1/2}`, at
+    :math:`p = 2`.
+
+    Args:
+        T: horizon; p: moment order in (1, 2]; sigma: noise bound; delta: initial gap;
+        L: smoothness. All constants positive.
+    """
+    tau = nonconvex_smooth_truncation(T, p, sigma, delta, L)
+    return StepSchedule(base=nonconvex_smooth_step(T, p, sigma, delta, L, tau))
+
+
+def nonconvex_smooth_rate(T: int, p: float, sigma: float, delta: float, L: float) -> float:
+    r"""The bound at the step and level of :func:`nonconvex_sgd_horizon_smooth`.
+
+    A bound on :math:`E\min_{t\le T}\|\nabla F(x_t)\|` with the derivation's constants.
+    """
+    tau = nonconvex_smooth_truncation(T, p, sigma, delta, L)
+    eta = nonconvex_smooth_step(T, p, sigma, delta, L, tau)
+    return nonconvex_smooth_bound(T, p, sigma, delta, L, eta, tau)
+
+
+def nonconvex_smooth_rate_exponent(p: float) -> float:
+    r"""The exponent :math:`(2-2p)/(2+3p)` of :math:`T` in :func:`nonconvex_smooth_rate`.
+
+    From balancing :math:`(L\Delta\sigma^p\tau^{2-p}/T)^{1/4}` against
+    :math:`T\sigma^p\tau^{-p}` with :math:`\tau = \sigma T^{\gamma}`:
+    :math:`\gamma = 5/(2+3p)`. Equals :math:`-1/4` at :math:`p = 2`.
+    """
+    p = check_p(p)
+    return (2 - 2 * p) / (2 + 3 * p)
