@@ -171,3 +171,24 @@ def test_saddle_is_escaped(gen):
     th = fit_network(obj, ones, zero)[0]
     assert float(min_hessian_eig(obj, th, ones[0])[0]) > 0
     assert float(obj.value(th, ones[0])) < float(obj.value(zero, ones[0]))
+
+
+def test_cold_loo_equals_warm_loo_on_a_convex_model(gen):
+    # softmax regression with a ridge is strictly convex: every training set has one minimum,
+    # so cold fixed-seed retrains (Adam from the initialisation, then Newton) must land where
+    # the warm-started Newton LOO does
+    from trak_theory.experiments.mlp_loo import cold_loo
+
+    n, m = 29, 5
+    x = torch.randn(n + m, 4, dtype=torch.float64, generator=gen)
+    y = torch.randint(0, 3, (n + m,), generator=gen)
+    torch.manual_seed(3)
+    net = nn.Linear(4, 3).double()
+    obj = NetworkObjective(net, x[:n], y[:n], 0.7)
+    init = obj.flat()
+    warm, theta, thetas = exact_loo_network(obj, x[n:], y[n:], tol=1e-10)
+    cold, theta_c, thetas_c = cold_loo(obj, init, x[n:], y[n:], steps=50, tol=1e-10, batch=7)
+    assert cold.shape == (m, n)
+    torch.testing.assert_close(theta_c, theta, atol=1e-8, rtol=0)
+    torch.testing.assert_close(thetas_c, thetas, atol=1e-8, rtol=0)
+    torch.testing.assert_close(cold, warm, atol=1e-8, rtol=0)

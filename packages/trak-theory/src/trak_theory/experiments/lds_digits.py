@@ -10,10 +10,19 @@ Compared at every (k, number of models J): this package (seeded Rademacher sketc
 ridge from the effective dimension, ensemble = mean of per-model scores), the same with
 ridge 0, traker 0.3.2 (its defaults: ridge 0, BasicProjector) and dattri 0.3's
 ``TRAKAttributor`` (its defaults: ridge 0, its Gaussian ``random_project``) on the *same*
-models and subsets. "Exact settings" check: our pipeline fed traker's projection matrix for
-each model, ridge 0 and traker's ensemble rule (:func:`trak_theory.scores.traker_scores`) must
-agree with traker's scores to 1e-3 (max abs difference relative to the largest score), at the k < n
-points where the Gram matrix is invertible.
+models and subsets. "Exact settings" check: our per-example gradients fed traker's projection
+matrix for each model, ridge 0 and traker's ensemble rule, evaluated in traker's float32
+arithmetic and order (the traker-compatibility mode, :mod:`trak_theory.traker_compat`), must
+agree with traker's scores to 1e-3 (max abs difference relative to the largest score), at the
+k < n points where the Gram matrix is invertible. The same formula in float64
+(:func:`trak_theory.scores.traker_scores`, the package's default arithmetic) is reported beside
+it as the accuracy figure (how far traker's float32 result is from the float64 one); it is not
+part of the verdict, since at a condition number of ~4e5 traker's own round-off is ~1e-3.
+The compatibility mode is also run, and reported, at k > n.
+
+``--exact-only`` (with any size flag) runs only this agreement check at that mode's sizes:
+the same trained models, no retrains, no LDS, no dattri; verdict: the 1e-3 agreement at every
+k < n point. ``python -m trak_theory.experiments.lds_digits --full --exact-only``.
 
 Verdict, from the per-target LDS difference d = ours - traker on the same targets and
 retrains, with its standard error SE over targets: ours is not significantly worse at any
@@ -36,9 +45,8 @@ from shared_core.experiment import ExperimentResult, RunContext, line_plot, prog
 
 from .. import TRAK
 from ..diagnostics import lds_per_target, paired_difference
-from ..gradients import out_to_loss, per_example_grads
-from ..projector import MatrixProjector
 from ..scores import traker_scores
+from ..traker_compat import traker_f32_features, traker_f32_scores
 from . import _dattri, _traker
 from ._digits import accuracy, load_split, make_mlp, margins_of, train_mlps
 
@@ -76,36 +84,132 @@ def ours(net, states, x, y, xt, yt, k, jj, ridge) -> np.ndarray:
     return trak.score(xt, yt, cks).numpy()
 
 
-def exact_settings(net, states, x, y, xt, yt, k, jj) -> np.ndarray:
-    """Our features through traker's matrices, traker's ensemble, ridge 0."""
+def exact_settings_features(net, states, x, y, xt, yt, k, jmax, batch_size: int = 100):
+    """Per model j < jmax, traker's exact settings: our per-example gradients projected with the
+    matrix traker's BasicProjector uses for model j, in traker's float32 order and batches
+    (:func:`trak_theory.traker_compat.traker_f32_features`). Returns (train features, target
+    features, q), each a list over models."""
     p = sum(q.numel() for q in net.parameters())
     phis, tgts, qs = [], [], []
-    for j, st in enumerate(states[:jj]):
+    for j, st in enumerate(states[:jmax]):
         net.load_state_dict(st)
-        proj = MatrixProjector(_traker.traker_matrix(p, k, j), scale=1 / p**0.5)
-        phis.append(proj.project(per_example_grads(net, x, y)))
-        tgts.append(proj.project(per_example_grads(net, xt, yt)))
-        qs.append(out_to_loss(net, x, y))
-    return traker_scores(phis, tgts, qs, ridge=0.0).numpy()
+        mat = _traker.traker_matrix(p, k, j)
+        phi, q = traker_f32_features(net, x, y, mat, batch_size)
+        phis.append(phi)
+        tgts.append(traker_f32_features(net, xt, yt, mat, batch_size)[0])
+        qs.append(q)
+        del mat
+    return phis, tgts, qs
+
+
+def exact_settings(feats, jj: int) -> np.ndarray:
+    """traker's ensemble of the first jj models, ridge 0, in traker's float32 arithmetic and
+    order (the traker-compatibility mode, :func:`trak_theory.traker_compat.traker_f32_scores`)."""
+    phis, tgts, qs = feats
+    return traker_f32_scores(phis[:jj], tgts[:jj], qs[:jj], ridge=0.0).numpy().astype(np.float64)
+
+
+def exact_settings_f64(feats, jj: int) -> np.ndarray:
+    """The same formula on the same features, solved and scored in float64
+    (:func:`trak_theory.scores.traker_scores`): the accuracy reference."""
+    phis, tgts, qs = feats
+    return traker_scores(phis[:jj], tgts[:jj], qs[:jj], ridge=0.0).numpy()
+
+
+def rel_max_diff(a: np.ndarray, ref: np.ndarray) -> float:
+    """max |a - ref| / max |ref| (inf when either has a non-finite entry)."""
+    if not (np.isfinite(a).all() and np.isfinite(ref).all()):
+        return float("inf")
+    return float(np.abs(a - ref).max() / np.abs(ref).max())
+
+
+def _train(ctx: RunContext, cfg: dict[str, Any]):
+    x, y, xt, yt = load_split(cfg["n"], cfg["m"], seed=ctx.seed)
+    states = train_mlps(
+        x,
+        y,
+        torch.ones(max(cfg["models"]), cfg["n"]),
+        [1000 * ctx.seed + j for j in range(max(cfg["models"]))],
+        steps=cfg["steps"],
+        lr=2e-2,
+    )
+    return x, y, xt, yt, states
+
+
+def run_exact_only(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
+    """Only the exact-settings agreement with traker, at the mode's sizes (same models as the
+    full run of that mode; no retrains, no LDS, no dattri). Verdict: traker-compatible float32
+    scores within 1e-3 of traker's at every k < n point (traker must be installed)."""
+    cfg = cfg or config(ctx.quick, ctx.full)
+    n, ks, counts = cfg["n"], cfg["ks"], cfg["models"]
+    x, y, xt, yt, states = _train(ctx, cfg)
+    net = make_mlp()
+    metrics: dict[str, Any] = {**cfg, "test_accuracy_model0": accuracy(states[0], xt, yt)}
+    have_traker = _traker.available()
+    table, verdicts = [], []
+    for k in progress(ks, desc="lds-digits exact settings") if have_traker else []:
+        trk = _traker.traker_scores_for(net, states, x, y, xt, yt, k, counts)
+        feats = exact_settings_features(net, states, x, y, xt, yt, k, max(counts))
+        cond = _gram_condition(feats[0][0])
+        for jj in counts:
+            f32 = rel_max_diff(exact_settings(feats, jj), trk[jj])
+            row: dict[str, Any] = {"k": k, "models": jj, "cond (model 0)": float(f"{cond:.2g}")}
+            row["exact settings (float32, traker order)"] = f32
+            if k < n:
+                row["float64 vs traker"] = rel_max_diff(exact_settings_f64(feats, jj), trk[jj])
+                verdicts.append(f32 <= 1e-3)
+            table.append({kk: (_short(v) if isinstance(v, float) else v) for kk, v in row.items()})
+            for key, val in row.items():
+                if key not in ("k", "models"):
+                    metrics[f"k={k} J={jj} {key}"] = val
+    holds = have_traker and bool(verdicts) and all(verdicts)
+    cols = [
+        "k",
+        "models",
+        "cond (model 0)",
+        "exact settings (float32, traker order)",
+        "float64 vs traker",
+    ]
+    lines = [
+        f"n={n} train, {cfg['m']} targets; traker 0.3.2 vs this package's traker-compatibility "
+        "mode (float32, traker's order) and vs the float64 evaluation of the same formula; "
+        "max |diff| / max |traker score|. Checked (1e-3) at k < n.",
+        "" if have_traker else "traker is not installed (extra `compare`): nothing compared.",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+        *["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in table],
+    ]
+    return ExperimentResult(
+        title="LDS on digits, exact-settings check only: agreement with traker 0.3.2",
+        claim="With traker's exact settings, this package's scores agree with traker's to 1e-3.",
+        summary="\n".join(lines),
+        metrics=metrics,
+        holds=holds,
+        table=table,
+        paper="P07",
+        measured="exact-settings rel. max diff (float32 / float64) at (k, models): "
+        + "; ".join(
+            f"({r['k']}, {r['models']}): {r['exact settings (float32, traker order)']}"
+            f" / {r.get('float64 vs traker', '-')}"
+            for r in table
+        ),
+    )
+
+
+def _gram_condition(phi) -> float:
+    """Condition number of a projected Gram matrix (in float64)."""
+    phi = phi.double()
+    return float(torch.linalg.cond(phi.T @ phi))
 
 
 def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     """Train, retrain on subsets, score with every method, compare LDS (``cfg`` overrides)."""
     cfg = cfg or config(ctx.quick, ctx.full)
     n, m, ks, counts = cfg["n"], cfg["m"], cfg["ks"], cfg["models"]
-    x, y, xt, yt = load_split(n, m, seed=ctx.seed)
-    jmax = max(counts)
     steps = ["train", "retrain", *[f"k={k}" for k in ks]]
     it = iter(progress(steps, desc="lds-digits"))
     next(it)
-    states = train_mlps(
-        x,
-        y,
-        torch.ones(jmax, n),
-        [1000 * ctx.seed + j for j in range(jmax)],
-        steps=cfg["steps"],
-        lr=2e-2,
-    )
+    x, y, xt, yt, states = _train(ctx, cfg)
     g = torch.Generator().manual_seed(ctx.seed + 7)
     masks = (torch.rand(cfg["subsets"], n, generator=g) < 0.5).float()
     next(it)
@@ -121,7 +225,10 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     series: dict[str, tuple[list, list]] = {}
     for k in ks:
         next(it)
-        trk = _traker.traker_scores_for(net, states, x, y, xt, yt, k, counts) if have_traker else {}
+        trk, feats = {}, None
+        if have_traker:
+            trk = _traker.traker_scores_for(net, states, x, y, xt, yt, k, counts)
+            feats = exact_settings_features(net, states, x, y, xt, yt, k, max(counts))
         dtr: dict[int, Any] = {}
         if have_dattri:
             try:
@@ -145,11 +252,13 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
                 if k > n:
                     ok = ok and diff > SIGMAS * se
                 verdicts.append(ok)
+                ex = rel_max_diff(exact_settings(feats, jj), trk[jj])
+                row["exact-settings rel. max diff"] = ex
                 if k < n:
-                    ex = exact_settings(net, states, x, y, xt, yt, k, jj)
-                    diff = float(np.abs(ex - trk[jj]).max() / np.abs(trk[jj]).max())
-                    row["exact-settings rel. max diff"] = diff
-                    verdicts.append(diff <= 1e-3)
+                    verdicts.append(ex <= 1e-3)
+                    row["float64 vs traker rel. max diff"] = rel_max_diff(
+                        exact_settings_f64(feats, jj), trk[jj]
+                    )
             if have_dattri:
                 dsc = dtr[jj]
                 if isinstance(dsc, str) or not np.isfinite(dsc).all():
@@ -187,6 +296,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         "traker",
         "ours - traker (SE)",
         "exact-settings rel. max diff",
+        "float64 vs traker rel. max diff",
         "dattri",
         "ours - dattri (SE)",
     ]
@@ -222,8 +332,15 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m trak_theory.experiments.lds_digits [--quick]``."""
-    return run_experiment(run, name="trak-theory.lds-digits", description=__doc__, argv=argv)
+    """Command-line entry: ``python -m trak_theory.experiments.lds_digits [--quick|--full]
+    [--exact-only]``; ``--exact-only`` runs only the exact-settings agreement with traker."""
+    import argparse
+
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--exact-only", action="store_true")
+    opts, rest = extra.parse_known_args(argv)
+    fn = run_exact_only if opts.exact_only else run
+    return run_experiment(fn, name="trak-theory.lds-digits", description=__doc__, argv=rest)
 
 
 if __name__ == "__main__":
