@@ -96,26 +96,57 @@ def test_lora_gauge_keeps_the_function_and_only_factors_train():
     assert trainable and all(n.rsplit(".", 1)[-1] in ("lora_A", "lora_B") for n in trainable)
 
 
-def _short_finetune(method, kappa, lr, steps=6):
+def test_lora_control_gauges_are_orthogonal_and_keep_the_product():
+    # gauge 0 at kappa and the controls (gauge 1, 2 at kappa = 1) share the factors' product
+    r = 3
+    products, conds = [], []
+    for kappa, gauge in ((1.0, 0), (1.0, 1), (1.0, 2), (1e6, 0)):
+        torch.manual_seed(0)
+        model = lora.TinyGPT(d=16, layers=1, heads=2, ctx=16).double()
+        layers = lora.add_lora(model, rank=r, kappa=kappa, seed=1, gauge=gauge)
+        products.append([la.lora_A.detach() @ la.lora_B.detach().mT for la in layers])
+        conds.append(layers[0].lora_A.detach().clone())
+    for other in products[1:]:
+        for x, y in zip(products[0], other, strict=True):
+            # float64: the kappa = 1e6 gauge moves the product by round-off only
+            assert float((x - y).norm() / x.norm()) < 1e-9
+    # the gauges really differ: factors A M differ, and M^T M = I for the orthogonal ones
+    assert float((conds[0] - conds[1]).abs().max()) > 1e-3
+    assert float((conds[1] - conds[2]).abs().max()) > 1e-3
+    assert lora.gauge_seed(1, 0) != lora.gauge_seed(1, 1) != lora.gauge_seed(1, 2)
+    g = torch.Generator().manual_seed(lora.gauge_seed(1, 1))
+    q = lora.conditioned(5, 1.0, g)
+    torch.testing.assert_close(q.mT @ q, torch.eye(5, dtype=torch.float64))
+
+
+def _short_finetune(method, kappa, lr, steps=6, gauge=0):
     torch.manual_seed(0)
     base = lora.TinyGPT(d=16, layers=1, heads=2, ctx=16)
     state = {k: v.clone() for k, v in base.state_dict().items()}
     table = lora.markov_tables(0)[1]
     ft, ev = lora.sample(table, 32, 17, seed=1), lora.sample(table, 32, 17, seed=2)
     cfg = dict(d=16, layers=1, heads=2, ctx=16)
-    return lora.finetune(state, cfg, 2, kappa, method, lr, 0, ft, ev, steps, 1, batch=8)
+    return lora.finetune(
+        state, cfg, 2, kappa, method, lr, 0, ft, ev, steps, 1, batch=8, gauge=gauge
+    )
 
 
 def test_lora_imuon_curve_is_gauge_invariant_and_per_factor_muon_is_not():
     ref = _short_finetune("iMuon", 1.0, 0.05)
     assert ref[-1] < ref[0]
-    for kappa in (1e2, 1e4):
-        other = _short_finetune("iMuon", kappa, 0.05)
+    for kappa, gauge in ((1e2, 0), (1e4, 0), (1e6, 0), (1.0, 1)):
+        other = _short_finetune("iMuon", kappa, 0.05, gauge=gauge)
         # float64 finetuning: exact invariance up to round-off
         assert max(abs(a - b) for a, b in zip(ref, other, strict=True)) < 1e-10
     ref_m = _short_finetune("per-factor Muon", 1.0, 0.05)
-    bad = _short_finetune("per-factor Muon", 1e4, 0.05)
-    assert max(abs(a - b) for a, b in zip(ref_m, bad, strict=True)) > 1e-2
+    # an orthogonal gauge Q rotates Muon's per-factor step with the factors (polar(G Q) =
+    # polar(G) Q): per-factor Muon is exactly invariant to it, so the control gauges are
+    # exact equivalences for it too; an ill-conditioned gauge moves it
+    same = _short_finetune("per-factor Muon", 1.0, 0.05, gauge=1)
+    assert max(abs(a - b) for a, b in zip(ref_m, same, strict=True)) < 1e-10
+    for kappa in (1e4, 1e6):
+        bad = _short_finetune("per-factor Muon", kappa, 0.05)
+        assert max(abs(a - b) for a, b in zip(ref_m, bad, strict=True)) > 1e-2
 
 
 def test_lora_verdict_rule():
@@ -127,19 +158,76 @@ def test_lora_verdict_rule():
         "AdamW (factors)": {1.0: 1.19, 1e4: 1.5},
     }
     spreads = {m: {k: 0.01 for k in kappas} for m in finals}
-    holds, checks, drift = lora.verdict(2.0, 1.0, finals, spreads, curves, kappas)
+    holds, checks, drift, info = lora.verdict(2.0, 1.0, finals, spreads, curves, kappas)
     assert holds and drift == 0.0
+    assert info["degrades_at"]["per-factor Muon"] == {"10000": True}
     # an uninformative run (nothing learned) fails whatever the ordering
     flat = {m: {k: 1.95 for k in kappas} for m in finals}
     assert not lora.verdict(2.0, 1.0, flat, spreads, curves, kappas)[0]
     # a factor-wise method that does not degrade beyond its seed noise fails check 3
     noisy = {**finals, "per-factor Muon": {1.0: 1.2, 1e4: 1.25}}
     wide = {**spreads, "per-factor Muon": {1.0: 0.05, 1e4: 0.05}}
-    holds, checks, _ = lora.verdict(2.0, 1.0, noisy, wide, curves, kappas)
+    holds, checks, *_ = lora.verdict(2.0, 1.0, noisy, wide, curves, kappas)
     assert not holds and not checks["per-factor Muon degrades"]
-    # a drifting iMuon curve fails check 2
+    # a drifting iMuon curve fails check 2 (tolerance 0.01 * (2.0 - 1.2) = 0.008)
     drifting = {1.0: {0.1: [1.5, 1.2]}, 1e4: {0.1: [1.5, 1.3]}}
     assert not lora.verdict(2.0, 1.0, finals, spreads, drifting, kappas)[1]["imuon_gauge_invariant"]
+
+
+def test_lora_drift_check_against_orthogonal_gauge_controls():
+    kappas = [1.0, 1e4]
+    finals = {
+        "iMuon": {1.0: 1.2, 1e4: 1.2},
+        "per-factor Muon": {1.0: 1.2, 1e4: 1.6},
+        "AdamW (factors)": {1.0: 1.19, 1e4: 1.5},
+    }
+    spreads = {m: {k: 0.01 for k in kappas} for m in finals}
+
+    def check(drift_03, controls, best_03=False):
+        # lr 0.1 exact; lr 0.3 moves by ``drift_03`` at kappa = 1e4
+        end = 1.1 if best_03 else 1.25
+        curves = {
+            1.0: {0.1: [1.5, 1.2], 0.3: [1.4, end]},
+            1e4: {0.1: [1.5, 1.2], 0.3: [1.4, end + drift_03]},
+        }
+        return lora.verdict(2.0, 1.0, finals, spreads, curves, kappas, controls)
+
+    # chaotic rate: two orthogonal gauges end 0.03 apart (c = 0.03 > tol / 2 = 0.004), so
+    # the kappa gauge may move the curve by up to 2c = 0.06 there
+    ctrl = {0.1: [[1.5, 1.2], [1.5, 1.2]], 0.3: [[1.4, 1.27], [1.4, 1.24]]}
+    holds, checks, drift, info = check(0.05, ctrl)
+    assert holds and drift == pytest.approx(0.05)
+    assert info["control_drift"]["0.3"] == pytest.approx(0.03)
+    assert info["allowed_drift"]["0.3"] == pytest.approx(0.06)
+    assert info["stable_rate"] == {"0.1": True, "0.3": False}
+    # beyond twice the control's spread: fails
+    assert not check(0.07, ctrl)[1]["imuon_gauge_invariant"]
+    # without the controls the strict tolerance applies at every rate: fails
+    assert not check(0.05, None)[1]["imuon_gauge_invariant"]
+    # a stable rate keeps the strict tolerance (0.008) even when another rate is chaotic
+    moved = {
+        1.0: {0.1: [1.5, 1.2], 0.3: [1.4, 1.25]},
+        1e4: {0.1: [1.5, 1.21], 0.3: [1.4, 1.25]},
+    }
+    res = lora.verdict(2.0, 1.0, finals, spreads, moved, kappas, ctrl)
+    assert not res[1]["imuon_gauge_invariant"] and res[3]["allowed_drift"]["0.1"] == pytest.approx(
+        0.008
+    )
+    # the controls' largest pairwise gap counts, not only the gaps to the kappa = 1 run
+    wide = {0.1: ctrl[0.1], 0.3: [[1.4, 1.23], [1.4, 1.27]]}
+    assert lora.verdict(
+        2.0,
+        1.0,
+        finals,
+        spreads,
+        {1.0: {0.1: [1.5, 1.2], 0.3: [1.4, 1.25]}, 1e4: {0.1: [1.5, 1.2], 0.3: [1.4, 1.3]}},
+        kappas,
+        wide,
+    )[3]["control_drift"]["0.3"] == pytest.approx(0.04)
+    # iMuon's best rate must be a stable one: a chaotic best rate fails even inside 2c
+    holds, checks, _, info = check(0.01, ctrl, best_03=True)
+    assert info["imuon_best_lr"] == {"1": 0.3, "10000": 0.3}
+    assert not checks["imuon_gauge_invariant"]
 
 
 def _tiny_gpt2():
@@ -200,3 +288,4 @@ def test_hf_run_end_to_end(tmp_path):
     assert (tmp_path / "lora_eval_loss.png").is_file()
     drift = res.metrics["imuon_curve_drift"]
     assert drift < 1e-4
+    assert set(res.metrics["imuon_drift_check"]["control_drift"]) == {"0.03", "0.1", "0.3"}
