@@ -69,7 +69,32 @@ def test_quick_path_runs_end_to_end_at_a_tiny_size(tmp_path, monkeypatch):
     assert ef["inner_lr"] == pytest.approx(4.0 / (4 * 2))
     ratio = ef["loss"] / ddp["loss"]
     assert m["loss_ratio"] == pytest.approx(ratio, rel=1e-12)
+    # The two picks trained again by two gloo worker processes reproduce the simulation's
+    # first seed: same bytes, test loss to float32 round-off.
+    procs = m["processes"]
+    assert set(procs) == {m["ddp_best"], m["ef_best"]}
+    for name, p in procs.items():
+        assert p["world_size"] == 2
+        assert p["simulated_loss"] == r[name]["loss_per_seed"][0]
+        assert p["process_bytes"] == p["simulated_bytes"]
+        assert p["loss_rel_diff"] <= 1e-6
+    assert m["processes_agree"] is True
     assert res["holds"] == (ratio <= 1 + L.LOSS_TOL and ddp["bytes"] / ef["bytes"] >= 500)
+
+
+def test_process_rerun_is_one_worker_per_rank():
+    # Each rank trains only its own worker: with a wrong rank-to-data mapping (every rank on
+    # worker 0's text) the processes would no longer match the simulation.
+    data = L.make_data(TINY, 3)
+    m = L.methods_for(TINY)[2]  # a DiLoCo-EF configuration: compression and error feedback
+    sim = L.run_method(m, TINY, data, 3)
+    got = L.run_as_processes(m, TINY, 3)
+    assert got["bytes"] == sim["bytes"] and got["world_size"] == 2
+    assert got["loss"] == pytest.approx(sim["loss"], rel=1e-6)
+    one = L.run_method(
+        m, TINY, {**data, "ctx": [data["ctx"][0]] * 2, "nxt": [data["nxt"][0]] * 2}, 3
+    )
+    assert abs(one["loss"] - sim["loss"]) > 1e-4
 
 
 def test_grids_have_equal_budgets_and_fit_the_step_count():
