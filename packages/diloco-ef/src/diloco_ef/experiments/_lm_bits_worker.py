@@ -9,6 +9,7 @@ as the worker whose id is its rank; bytes are summed and alpha averaged over the
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -47,9 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if dist.get_rank() == 0:
             with open(out_path, "w") as f:
                 json.dump(rec, f)
-    finally:
+        dist.barrier()
+    except BaseException:
         dist.destroy_process_group()
-    return 0
+        raise
+    # Every rank is past the barrier and the record is on disk. Leave without tearing the gloo
+    # group down: its teardown can abort a rank whose peers have already exited ("terminate
+    # called without an active exception"), which would report a finished run as failed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
