@@ -875,40 +875,29 @@ class GDROFSQ(GroupGame):
         """:func:`fsq_bound_hp` (or :func:`fsq_bound_hp_ix` for ``estimator="ix"``) at the
         current round: holds with probability ``1 - delta``."""
         self._check_bound_ready()
+        common = {
+            "kappa_sq_sum": self.game["kappa_sq_sum"],
+            "noise_sq_sum": self.game["noise_sq_sum"],
+            "reg_radius": self.reg_radius,
+            "radius": self.radius,
+            "grad_bound": self.grad_bound,
+            "lr_theta": self.param_groups[0]["lr_theta"],
+            "loss_bound": self.loss_bound,
+            "eta_q": self.game["eta_q"],
+            "second_moment_sum": self.game["second_moment_sum"],
+            "lag": self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
+        }
         if self.estimator == "ix":
             return fsq_bound_hp_ix(
                 self.t,
                 delta,
                 self.n_groups,
-                kappa_sq_sum=self.game["kappa_sq_sum"],
-                noise_sq_sum=self.game["noise_sq_sum"],
-                reg_radius=self.reg_radius,
-                radius=self.radius,
-                grad_bound=self.grad_bound,
-                lr_theta=self.param_groups[0]["lr_theta"],
-                loss_bound=self.loss_bound,
-                eta_q=self.game["eta_q"],
-                second_moment_sum=self.game["second_moment_sum"],
                 bias_sum=self.game["bias_sum"],
                 gamma_min=self.game["gamma_min"],
                 full_rounds=self.game["full_rounds"],
-                lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
+                **common,
             )
-        return fsq_bound_hp(
-            self.t,
-            delta,
-            kappa_sq_sum=self.game["kappa_sq_sum"],
-            noise_sq_sum=self.game["noise_sq_sum"],
-            reg_radius=self.reg_radius,
-            radius=self.radius,
-            grad_bound=self.grad_bound,
-            lr_theta=self.param_groups[0]["lr_theta"],
-            loss_bound=self.loss_bound,
-            eta_q=self.game["eta_q"],
-            second_moment_sum=self.game["second_moment_sum"],
-            inv_pi_sum=self.game["inv_pi_sum"],
-            lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
-        )
+        return fsq_bound_hp(self.t, delta, inv_pi_sum=self.game["inv_pi_sum"], **common)
 
 
 class OneSampleBandit(GDROFSQ):

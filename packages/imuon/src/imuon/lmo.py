@@ -35,7 +35,6 @@ __all__ = [
     "euclidean_lmo",
     "fixed_rank_lift",
     "fixed_rank_lmo",
-    "fixed_rank_lmo_lifted",
     "fixed_rank_lmo_of_blocks",
     "fixed_rank_proju",
     "fixed_rank_rgrad",
@@ -324,30 +323,7 @@ def fixed_rank_lmo(
     """
     frames = frames if frames is not None else _frames(x)
     _, ra, _, rb = frames
-    eta = (rgrad[0] @ rb.mT, rgrad[1] @ ra.mT)
-    return fixed_rank_lmo_lifted(frames, eta, norm, lift, polar, dual, polar_dtype)
-
-
-def fixed_rank_lmo_lifted(
-    frames,
-    eta,
-    norm: object = "spectral",
-    lift: str = "horizontal",
-    polar="auto",
-    dual=False,
-    polar_dtype=None,
-) -> Factors:
-    r""":func:`fixed_rank_lmo` for a direction already in L-coordinates.
-
-    ``eta = (\xi_A R_B^\top, \xi_B R_A^\top)`` with the frames ``(Q_A, R_A, Q_B, R_B)`` of
-    :func:`fixed_rank_frames`; a non-horizontal ``eta`` gives the LMO of its horizontal part.
-    This is the optimizer's entry point: it keeps the momentum in these coordinates for one
-    step and so skips the round trip through the factors.
-
-    Returns:
-        :class:`~shared_core.manifolds.Factors` ``(xi_A, xi_B)``, as :func:`fixed_rank_lmo`.
-    """
-    blocks = _lift_blocks(frames[0], frames[2], eta[0], eta[1], lift)
+    blocks = _lift_blocks(frames[0], frames[2], rgrad[0] @ rb.mT, rgrad[1] @ ra.mT, lift)
     return fixed_rank_lmo_of_blocks(frames, blocks, norm, lift, polar, dual, polar_dtype)
 
 

@@ -551,8 +551,10 @@ class IMuon(Optimizer):
             kd, cda, cdb = k, ca, cb
         if group["fixed_rank_lift"] == "horizontal":
             blocks = [math.sqrt(2.0) * kd, cda, cdb]
-        else:
+        elif group["nesterov"]:
             blocks = [cda + qa @ kd, cdb + qb @ kd.mT]
+        else:
+            blocks = list(m_eta)  # the horizontal direction is the momentum itself
         buf_a.copy_(torch.linalg.solve_triangular(rb.mT, m_eta[0], upper=False, left=False))
         buf_b.copy_(torch.linalg.solve_triangular(ra.mT, m_eta[1], upper=False, left=False))
         xi = fixed_rank_lmo_of_blocks(
