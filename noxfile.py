@@ -146,7 +146,10 @@ def build(session: nox.Session, member: str) -> None:
     _check_wheel_metadata(session, wheel)
     # Install alone: the member's wheel plus shared-core's (not yet on an index), nothing else
     # of the workspace.
-    find_links = []
+    # uv caches a wheel by name and version, so an unreleased member that changed without a
+    # version bump could come back stale from the cache (it once did, in CI): name the freshly
+    # built wheels by path and have uv re-read them.
+    shared_core = []
     if m.dist != "shared-core":
         session.run(
             "uv",
@@ -159,14 +162,22 @@ def build(session: nox.Session, member: str) -> None:
             str(dist_dir / "shared-core"),
             external=True,
         )
-        find_links = ["--find-links", str(dist_dir / "shared-core")]
+        core = next(x for x in LIBRARIES if x.dist == "shared-core")
+        shared_core = [
+            str(_newest_wheel(dist_dir / "shared-core", core)),
+            "--refresh-package",
+            "shared-core",
+            "--reinstall-package",
+            "shared-core",
+        ]
     # With exactly the extras the README's usage example names (`# pip install "x[plot]"`).
     sys.path.insert(0, str(ROOT / "tools"))
     from readme_example import usage_code, usage_extras
 
     extras = usage_extras(usage_code((ROOT / m.path / "README.md").read_text()), m.dist)
     target = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
-    session.run("uv", "pip", "install", target, *find_links, external=True)
+    fresh = ["--refresh-package", m.dist, "--reinstall-package", m.dist]
+    session.run("uv", "pip", "install", target, *shared_core, *fresh, external=True)
     session.run("python", "-c", f"import {m.module}; print({m.module}.__name__, 'imports')")
     # The README's usage example, against the wheel alone (FRONTIER_OPT_NO_PROGRESS keeps the
     # log short; TRITON_INTERPRET lets a CPU machine run any Triton path it reaches).
