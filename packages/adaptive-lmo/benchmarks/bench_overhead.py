@@ -7,7 +7,9 @@ training steps (forward with hooks, backward, optimizer step), so the criterion'
 amortised as in training; candidate and baseline are interleaved by
 ``shared_core.bench.compare``. The criterion's own cost (the curvature from the sketch plus
 the exponent choice, per layer, given the SVD) is timed separately, and the sketch's bytes
-are read from ``AdaptiveLMO.stats_nbytes()`` after a forward on a criterion step.
+are read from ``AdaptiveLMO.stats_nbytes()`` after a forward and backward on a criterion step
+(with ``--curvature kfac``, the default, the sketch holds input rows and output-gradient rows,
+and the criterion builds the two ``r x r`` factors of the K-FAC curvature).
 
     python packages/adaptive-lmo/benchmarks/bench_overhead.py --quick --device cpu \
         --out packages/adaptive-lmo/benchmarks/results/overhead_cpu_quick.json
@@ -24,7 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptive_lmo import AdaptiveLMO, choose_exponent, curvature_along, svd_factors
+from adaptive_lmo import (
+    AdaptiveLMO,
+    choose_exponent,
+    curvature_along,
+    kfac_curvature,
+    svd_factors,
+)
 from shared_core.bench import compare, time_fn, write_json
 
 
@@ -73,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", default="svd", choices=["svd", "iterative"])
     ap.add_argument("--update-every", type=int, default=10)
     ap.add_argument("--stats", default="next_batch", choices=["next_batch", "same_batch"])
+    ap.add_argument("--curvature", default="kfac", choices=["kfac", "input"])
     args = ap.parse_args(argv)
     widths = [256] if args.quick else [512, 1024]
     repeats = 5 if args.quick else 10
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         y = torch.randint(0, 10, (256,), device=args.device)
         m_c, m_b = copy.deepcopy(base_model), copy.deepcopy(base_model)
         kw = {"lr": 0.02, "method": args.method, "update_every": k, "stats": args.stats}
-        o_c = AdaptiveLMO(m_c, exponent="auto", **kw)
+        o_c = AdaptiveLMO(m_c, exponent="auto", curvature=args.curvature, **kw)
         o_b = AdaptiveLMO(m_b, exponent=0.0, **kw)
         r = compare(
             steps_fn(m_c, o_c, x, y, k),
@@ -116,30 +125,33 @@ def main(argv: list[str] | None = None) -> int:
         G = torch.randn_like(W)
         f = svd_factors(G)
         X = torch.randn(256, width, device=args.device)
-        crit = time_fn(
-            lambda f=f, X=X: choose_exponent(f.s, curvature_along(f.Vh, X)),
-            repeats=repeats,
-            device=args.device,
-        )
+        Go = torch.randn(256, W.shape[0], device=args.device)
+
+        def criterion(f=f, X=X, Go=Go):
+            if args.curvature == "kfac":
+                return choose_exponent(f.s, kfac_curvature(f.U, f.Vh, X, Go))
+            return choose_exponent(f.s, curvature_along(f.Vh, X))
+
+        crit = time_fn(criterion, repeats=repeats, device=args.device)
         step = time_fn(steps_fn(m_b, o_b, x, y, 1), repeats=repeats, device=args.device)
         t0 = time.process_time()
         for _ in range(repeats):
-            choose_exponent(f.s, curvature_along(f.Vh, X))
+            criterion()
         crit_cpu = (time.process_time() - t0) / repeats
         t0 = time.process_time()
         steps_fn(m_b, o_b, x, y, repeats)()
         step_cpu = (time.process_time() - t0) / repeats
-        # sketch memory on a criterion step (forward done, step not yet taken)
-        o_c.zero_grad()
-        F.cross_entropy(m_c(x), y)
+        # sketch memory on a criterion step (forward and backward done, step not yet taken)
         while o_c._collector.due == set():  # advance to a criterion step
             steps_fn(m_c, o_c, x, y, 1)()
-            F.cross_entropy(m_c(x), y)
+        o_c.zero_grad()
+        F.cross_entropy(m_c(x), y).backward()
         sketch = o_c.stats_nbytes()
         matrices = sum(p.numel() * p.element_size() for p in m_c.parameters() if p.ndim == 2)
         extra.append(
             {
                 "name": f"criterion_cost_w{width}",
+                "curvature": args.curvature,
                 "criterion_per_layer_median_s": crit.median_s,
                 "muon_train_step_median_s": step.median_s,
                 "criterion_per_layer_over_step": crit.median_s / step.median_s,

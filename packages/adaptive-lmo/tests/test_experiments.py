@@ -19,6 +19,7 @@ TINY_GRIDS = {
     "SGD": [0.05],
     "AdaptiveLMO": [0.05],
     _common.SAME_BATCH: [0.05],
+    _common.INPUT_CURV: [0.05],
 }
 
 
@@ -124,7 +125,7 @@ def test_image_tiny(tmp_path, monkeypatch):
 def test_lm_tiny(tmp_path, monkeypatch):
     from adaptive_lmo.experiments import lm
 
-    monkeypatch.setattr(lm, "grids", lambda k: {**TINY_GRIDS, lm.A0: [0.05], lm.ATTN0: [0.05]})
+    monkeypatch.setattr(lm, "grids", lambda k: {**TINY_GRIDS, lm.A0: [0.05]})
     cfg = {
         "V": 6,
         "T": 5,
@@ -144,7 +145,7 @@ def test_lm_tiny(tmp_path, monkeypatch):
         f"final_exponent[blocks.0.{m}.weight]"
         for m in ("attn.q", "attn.k", "attn.v", "attn.out", "mlp_in", "mlp_out")
     }
-    for key in ("auto_vs_a0_log_ratio_per_seed", "attn0_vs_a0_log_ratio_per_seed"):
+    for key in ("auto_vs_a0_log_ratio_per_seed", "kfac_vs_input_log_ratio_per_seed"):
         per_seed = res.metrics[key]
         assert len(per_seed) == 2 and all(math.isfinite(v) for v in per_seed)
 

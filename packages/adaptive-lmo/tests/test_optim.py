@@ -228,7 +228,14 @@ def test_criterion_in_the_optimizer_picks_the_grid_best_exponent():
     with torch.no_grad():
         lin.weight.copy_(W0)
     opt = AdaptiveLMO(
-        lin, lr=0.1, momentum=0.0, head=None, max_rows=1000, scale="none", stats="same_batch"
+        lin,
+        lr=0.1,
+        momentum=0.0,
+        head=None,
+        max_rows=1000,
+        scale="none",
+        stats="same_batch",
+        curvature="input",  # the squared-loss surrogate this test derives by hand
     )
     opt.zero_grad()
     (0.5 * ((lin(X) - Y) ** 2).sum() / X.shape[0]).backward()
@@ -249,7 +256,8 @@ def test_criterion_in_the_optimizer_picks_the_grid_best_exponent():
 @pytest.mark.parametrize("stats", ["same_batch", "next_batch"])
 def test_update_every_controls_when_the_exponent_moves(stats):
     m = _mlp()
-    opt = AdaptiveLMO(m, lr=0.02, update_every=3, stats=stats)
+    # input curvature: its choices move from step to step here (kfac stays at 0 on this MLP)
+    opt = AdaptiveLMO(m, lr=0.02, update_every=3, stats=stats, curvature="input")
     seen = []
     for x, y in _batches(8):
         opt.zero_grad()

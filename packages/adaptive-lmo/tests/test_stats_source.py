@@ -45,7 +45,13 @@ def _run(stats: str, seed: int, steps: int, check: bool = False) -> list[float]:
     lin = nn.Linear(N, M, bias=False).double()
     nn.init.zeros_(lin.weight)
     opt = AdaptiveLMO(
-        nn.Sequential(lin), lr=LR, momentum=MU, head=None, update_every=K, stats=stats
+        nn.Sequential(lin),
+        lr=LR,
+        momentum=MU,
+        head=None,
+        update_every=K,
+        stats=stats,
+        curvature="input",  # the input-statistics bias is what this file tests
     )
     buf, kept, chosen = None, None, []
     for t in range(steps):

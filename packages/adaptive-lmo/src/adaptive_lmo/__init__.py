@@ -3,7 +3,7 @@
 - :class:`AdaptiveLMO`: the optimizer (``torch.optim`` conventions).
 - :func:`fractional_update`: :math:`U\\,\\mathrm{diag}(s^a)\\,V^\\top`, the SGD-to-Muon family.
 - :func:`choose_exponent`, :func:`surrogate_decrease`: the criterion and its surrogate.
-- :class:`ActivationCollector`: forward-hook statistics.
+- :class:`ActivationCollector`: hook statistics (input rows; output-gradient rows for K-FAC).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -12,6 +12,8 @@ from .criterion import (
     alignment,
     choose_exponent,
     curvature_along,
+    curvature_matrix,
+    kfac_curvature,
     loglog_exponent,
     surrogate_decrease,
     surrogate_exponent,
@@ -32,7 +34,9 @@ __all__ = [
     "alignment",
     "choose_exponent",
     "curvature_along",
+    "curvature_matrix",
     "fractional_update",
+    "kfac_curvature",
     "loglog_exponent",
     "schatten_p",
     "surrogate_decrease",

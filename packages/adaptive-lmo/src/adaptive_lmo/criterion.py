@@ -37,6 +37,25 @@ share of the bound), clipped to [0, 1]. When :math:`d = s` and :math:`c_i = \kap
 both rules return :math:`\mathrm{clip}(1 - \beta, 0, 1)` exactly (the surrogate is unimodal
 there: see the README).
 
+Output-side curvature (``curvature="kfac"`` in the optimizer). The squared-loss surrogate
+takes the loss to be the layer's output itself (output Hessian ``I``). For a hidden layer the
+one-step change is, to second order, :math:`-\eta\langle G, D\rangle +
+\tfrac{\eta^2}{2}\,\mathbb{E}\|J\,D x\|_H^2` with ``J`` the Jacobian of the network's
+output with respect to the layer output and ``H`` the loss Hessian there. With the Kronecker
+(K-FAC) factorisation :math:`\mathbb{E}[x x^\top]\otimes\mathbb{E}[g g^\top]` of that
+curvature (``g``: the back-propagated gradient at the layer output, one row per token/example)
+the quadratic term becomes :math:`\mathrm{tr}(B D \Sigma D^\top)`, :math:`B =
+\mathbb{E}[g g^\top]`, and on the family
+
+.. math::
+
+    \mathrm{tr}(B D_a \Sigma D_a^\top) = \sum_{ij} s_i^a s_j^a\,M_{ij},\qquad
+    M = (U^\top B U) \circ (V^\top \Sigma V),
+
+so every function here also accepts an ``r x r`` matrix ``M`` in place of the vector ``c`` (one
+more dimension than ``s``; a batch of experts is block-diagonal). ``B = I`` gives back
+:math:`M = \mathrm{diag}(c)`. ``"loglog"`` uses the diagonal of ``M``.
+
 Example:
     >>> import torch
     >>> s = torch.tensor([4.0, 2.0, 1.0, 0.5], dtype=torch.float64)
@@ -56,6 +75,8 @@ __all__ = [
     "alignment",
     "choose_exponent",
     "curvature_along",
+    "curvature_matrix",
+    "kfac_curvature",
     "loglog_exponent",
     "surrogate_decrease",
     "surrogate_exponent",
@@ -84,13 +105,60 @@ def curvature_along(Vh: Tensor, X: Tensor) -> Tensor:
     return (X.to(Vh.dtype) @ Vh.mT).pow(2).mean(-2)
 
 
+def curvature_matrix(Q: Tensor, R: Tensor) -> Tensor:
+    r""":math:`Q \hat S Q^\top` with :math:`\hat S = R^\top R / N`: a second moment in a basis.
+
+    Args:
+        Q: ``(..., r, k)`` basis vectors as rows (``V^T`` for inputs, ``U^T`` for outputs).
+        R: ``(..., N, k)`` rows (input features, or back-propagated output gradients).
+
+    Returns:
+        ``(..., r, r)`` in ``Q``'s dtype.
+    """
+    if R.shape[-1] != Q.shape[-1]:
+        raise ValueError(f"rows have {R.shape[-1]} columns but the basis has {Q.shape[-1]}")
+    if R.shape[-2] == 0:
+        raise ValueError("no rows: the layer saw no activations or gradients")
+    Z = R.to(Q.dtype) @ Q.mT
+    return Z.mT @ Z / Z.shape[-2]
+
+
+def kfac_curvature(U: Tensor, Vh: Tensor, X: Tensor, Gout: Tensor) -> Tensor:
+    r""":math:`M = (U^\top \hat B U)\circ(V^\top \hat\Sigma V)`, ``(..., r, r)``.
+
+    ``X``: input feature rows ``(..., N, n)``; ``Gout``: output-gradient rows ``(..., N', m)``
+    (not necessarily the same rows: the two factors are estimated separately).
+    """
+    return curvature_matrix(U.mT, Gout) * curvature_matrix(Vh, X)
+
+
+def _as_matrix(s: Tensor, c: Tensor) -> Tensor | None:
+    """``c`` as one ``(R, R)`` matrix (R = s.numel()) if it is a matrix curvature, else None."""
+    c = torch.as_tensor(c)
+    if c.ndim != s.ndim + 1:
+        return None
+    if c.shape[:-1] != s.shape or c.shape[-1] != s.shape[-1]:
+        raise ValueError(
+            f"a matrix curvature for singular values of shape {tuple(s.shape)} must have shape "
+            f"{(*s.shape, s.shape[-1])}, got {tuple(c.shape)}"
+        )
+    c = c.to(torch.float64)
+    if c.ndim == 2:
+        return c
+    return torch.block_diag(*c.reshape(-1, c.shape[-2], c.shape[-1]).unbind(0))
+
+
 def alignment(U: Tensor, Vh: Tensor, G: Tensor) -> Tensor:
     r""":math:`d_i = u_i^\top G v_i` (the diagonal of :math:`U^\top G V`), shape ``(..., r)``."""
     return ((U.mT @ G.to(U.dtype)) * Vh).sum(-1)
 
 
 def _prepare(s: Tensor, c: Tensor, d: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    s = torch.as_tensor(s).to(torch.float64).reshape(-1)
+    s = torch.as_tensor(s).to(torch.float64)
+    M = _as_matrix(s, c)
+    if M is not None:
+        return _prepare_matrix(s.reshape(-1), M, d)
+    s = s.reshape(-1)
     c = torch.as_tensor(c).to(torch.float64).reshape(-1)
     d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
     if not (s.shape == c.shape == d.shape):
@@ -116,11 +184,38 @@ def _prepare(s: Tensor, c: Tensor, d: Tensor | None) -> tuple[Tensor, Tensor, Te
     return s / s.max(), c / c.max(), d / d.abs().max().clamp_min(1e-300)
 
 
+def _prepare_matrix(s: Tensor, M: Tensor, d: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
+    if d.shape != s.shape:
+        raise ValueError(
+            f"s and d must have the same number of entries, got {s.numel()}, {d.numel()}"
+        )
+    for name, t in (("singular values", s), ("curvature matrix", M), ("alignments", d)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"non-finite {name} (NaN or inf) given to the exponent criterion")
+    diag = torch.diagonal(M)
+    if bool((s < 0).any()) or bool((diag < 0).any()):
+        raise ValueError("singular values and curvatures must be >= 0")
+    keep = s > 0
+    s, d, M = s[keep], d[keep], M[keep][:, keep]
+    if s.numel() == 0 or not bool((torch.diagonal(M) > 0).any()):
+        raise ValueError(
+            "the criterion needs a non-zero direction and non-zero curvature "
+            "(all singular values or all curvatures are 0)"
+        )
+    M = 0.5 * (M + M.T)
+    top = float(torch.diagonal(M).max())
+    M = M + torch.diag((1e-12 * top - torch.diagonal(M)).clamp_min(0.0))  # same ridge as c
+    return s / s.max(), M / top, d / d.abs().max().clamp_min(1e-300)
+
+
 def surrogate_decrease(a: float | Tensor, s: Tensor, c: Tensor, d: Tensor | None = None) -> Tensor:
     r""":math:`\Delta(a) = (\sum_i d_i s_i^a)^2 / (2\sum_i s_i^{2a} c_i)` for one or many ``a``.
 
     Scale conventions: ``s``, ``c`` and ``d`` are used as given (no normalisation), so this is
-    the surrogate's decrease in the caller's units. Zero singular values drop out.
+    the surrogate's decrease in the caller's units. Zero singular values drop out. ``c`` may
+    be a matrix curvature ``M`` (one more dimension than ``s``, see the module docstring), then
+    the denominator is :math:`2\,(s^a)^\top M s^a`.
 
     Args:
         a: exponent(s), a float or a 1-D tensor.
@@ -132,16 +227,23 @@ def surrogate_decrease(a: float | Tensor, s: Tensor, c: Tensor, d: Tensor | None
     Returns:
         A float64 tensor shaped like ``a``.
     """
-    s = torch.as_tensor(s).to(torch.float64).reshape(-1)
-    c = torch.as_tensor(c).to(torch.float64).reshape(-1)
+    s = torch.as_tensor(s).to(torch.float64)
+    M = _as_matrix(s, c)
+    s = s.reshape(-1)
     d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
     keep = s > 0
-    s, c, d = s[keep], c[keep], d[keep]
+    s, d = s[keep], d[keep]
     at = torch.as_tensor(a, dtype=torch.float64)
     A = at.reshape(-1, 1)
     P = s.log().unsqueeze(0) * A
-    num = (d * P.exp()).sum(-1).pow(2)
-    den = 2.0 * (c * (2.0 * P).exp()).sum(-1)
+    E = P.exp()
+    num = (d * E).sum(-1).pow(2)
+    if M is None:
+        c = torch.as_tensor(c).to(torch.float64).reshape(-1)[keep]
+        den = 2.0 * (c * (2.0 * P).exp()).sum(-1)
+    else:
+        M = M[keep][:, keep]
+        den = 2.0 * ((E @ M) * E).sum(-1)
     return (num / den).reshape(at.shape)
 
 
@@ -168,6 +270,8 @@ def loglog_exponent(s: Tensor, c: Tensor, d: Tensor | None = None) -> float:
     single direction and 1.0 is returned.
     """
     s, c, d = _prepare(s, c, d)
+    if c.ndim == 2:  # a matrix curvature: the closed form reads its diagonal
+        c = torch.diagonal(c)
     keep = d > 0
     if not bool(keep.any()):
         raise ValueError("no direction is aligned with the gradient (all d_i <= 0)")

@@ -29,9 +29,11 @@ None                   0          Muon with the exact polar factor
 With ``exponent="auto"`` the exponent of each layer is re-chosen every ``update_every`` steps
 by :func:`adaptive_lmo.criterion.choose_exponent` from the SVD of :math:`P_t`, the alignments
 :math:`d_i = u_i^\top \hat g v_i` (:math:`\hat g` = the bias-corrected first moment with
-preconditioning, else :math:`P_t`, so :math:`d = s`) and the input-activation energies
-:math:`c_i` from forward hooks (:mod:`adaptive_lmo.stats`). Non-matrix parameters go to AdamW
-(:mod:`adaptive_lmo.routing`).
+preconditioning, else :math:`P_t`, so :math:`d = s`), the input-activation second moment in
+the right singular basis (forward hooks) and, with ``curvature="kfac"`` (default), the second
+moment of the gradients back-propagated to the layer's output in the left singular basis
+(tensor hooks on the module's output) (:mod:`adaptive_lmo.stats`). Non-matrix parameters go
+to AdamW (:mod:`adaptive_lmo.routing`).
 
 Example:
     >>> import torch
@@ -61,7 +63,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .criterion import RULES, alignment, choose_exponent, curvature_along
+from .criterion import RULES, alignment, choose_exponent, curvature_along, curvature_matrix
 from .fractional import METHODS, SCALES, check_exponent, fractional_update, schatten_p, svd_factors
 from .routing import VIEWS, matrix_shape, scan_module
 from .stats import ActivationCollector
@@ -70,6 +72,7 @@ __all__ = ["AdaptiveLMO"]
 
 PRECONDITIONERS = (None, "adam")
 STATS = ("same_batch", "next_batch")
+CURVATURES = ("input", "kfac")
 ADJUST_LR = (None, "original", "match_rms_adamw", "spectral_unclamped")
 
 
@@ -114,6 +117,8 @@ def _validate_lmo(g: dict[str, Any]) -> None:
         raise ValueError(f"scale must be one of {SCALES}, got {g['scale']!r}")
     if g["adjust_lr_fn"] not in ADJUST_LR:
         raise ValueError(f"adjust_lr_fn must be one of {ADJUST_LR}, got {g['adjust_lr_fn']!r}")
+    if g.get("curvature", "kfac") not in CURVATURES:
+        raise ValueError(f"curvature must be one of {CURVATURES}, got {g['curvature']!r}")
     if g.get("stats", "next_batch") not in STATS:
         raise ValueError(f"stats must be one of {STATS}, got {g['stats']!r}")
     if g.get("matrix_view", "auto") not in VIEWS:
@@ -160,6 +165,15 @@ class AdaptiveLMO(Optimizer):
             gradient is already in the direction, which biases the choice towards a = 0
             (see the README).
         criterion: ``"surrogate"`` (maximise the surrogate decrease) or ``"loglog"``.
+        curvature: the surrogate's curvature model. ``"kfac"`` (default): input activations
+            and also the second moment :math:`B = E[g g^\top]` of the gradients back-propagated
+            to the layer's output (a tensor hook on the module's output, sketched like the
+            inputs), combined Kronecker-style, :math:`M = (U^\top B U)\circ(V^\top\Sigma
+            V)` (see :mod:`adaptive_lmo.criterion`); these are the gradients of the user's
+            own backward pass (an empirical-Fisher factor), no extra pass. A layer whose
+            output gradients were not recorded falls back to ``"input"`` for that choice (with a
+            warning). ``"input"``: the layer's output is read as the loss's (identity output
+            Hessian), only input activations enter.
         method: ``"svd"`` or ``"iterative"`` (matmul-only fractional power).
         scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm) or ``"none"``.
         weight_decay: decoupled, :math:`W \leftarrow (1 - \gamma\lambda)W`.
@@ -200,6 +214,7 @@ class AdaptiveLMO(Optimizer):
         update_every: int = 10,
         stats: str = "next_batch",
         criterion: str = "surrogate",
+        curvature: str = "kfac",
         method: str = "svd",
         scale: str = "polar",
         weight_decay: float = 0.0,
@@ -232,6 +247,7 @@ class AdaptiveLMO(Optimizer):
             "update_every": update_every,
             "stats": stats,
             "criterion": criterion,
+            "curvature": curvature,
             "method": method,
             "scale": scale,
             "weight_decay": weight_decay,
@@ -409,7 +425,7 @@ class AdaptiveLMO(Optimizer):
         return self._views.get(id(p), "matrix" if p.ndim == 2 else "batched")
 
     def _refresh_due(self) -> None:
-        due = set()
+        due, want_out = set(), set()
         for g in self.param_groups:
             if g["algorithm"] != "lmo" or g["exponent"] != "auto":
                 continue
@@ -420,7 +436,10 @@ class AdaptiveLMO(Optimizer):
                         due.add(id(p))
                 elif st.get("step", 0) % g["update_every"] == 0:
                     due.add(id(p))
+                if id(p) in due and g.get("curvature", "kfac") == "kfac":
+                    want_out.add(id(p))
         self._collector.due = due
+        self._collector.want_out = want_out
 
     # -- public helpers ---------------------------------------------------------------------
 
@@ -428,13 +447,18 @@ class AdaptiveLMO(Optimizer):
         """Remove every forward hook now (also done automatically when the optimizer is freed)."""
         self._finalizer()
 
-    def record_activations(self, param: Tensor, features: Tensor) -> None:
+    def record_activations(
+        self, param: Tensor, features: Tensor, output_gradients: Tensor | None = None
+    ) -> None:
         """Feed input-feature rows for ``param`` by hand (layers hooks cannot see, MoE experts).
 
         Args:
             param: a parameter on the matrix update.
             features: ``(N, n)`` rows for a matrix view ``(m, n)``, or ``(..., N, n)`` for a
                 batched view ``(..., m, n)``. Ignored on steps that do not update the exponent.
+            output_gradients: optional rows of the loss gradient at the layer's output,
+                ``(N', m)`` or ``(..., N', m)``, for ``curvature="kfac"``; without them such a
+                layer uses the input-only criterion (its ``geometry()`` source says so).
         """
         group = self._group_of(param)
         if group is None or group["algorithm"] != "lmo":
@@ -450,9 +474,21 @@ class AdaptiveLMO(Optimizer):
                 f"record_activations: leading dims {tuple(features.shape[:-2])} must equal the "
                 f"batch dims {shape[:-2]} of the matrix view"
             )
+        if output_gradients is not None and (
+            output_gradients.ndim < 2
+            or output_gradients.shape[-1] != shape[-2]
+            or output_gradients.shape[:-2] != shape[:-2]
+        ):
+            raise ValueError(
+                f"record_activations: output_gradients of shape "
+                f"{tuple(output_gradients.shape)} do not match the matrix view {shape} "
+                f"(need (..., N, {shape[-2]}) with leading dims {shape[:-2]})"
+            )
         self._manual.add(id(param))
         if id(param) in self._collector.due:
             self._collector.add(id(param), features.detach())
+            if output_gradients is not None:
+                self._collector.add_output(id(param), output_gradients.detach())
 
     def _group_of(self, p: Tensor) -> dict[str, Any] | None:
         for g in self.param_groups:
@@ -634,6 +670,9 @@ class AdaptiveLMO(Optimizer):
     def _prepare_criterion(self, it: dict[str, Any]) -> None:
         p, g, st = it["p"], it["g"], self.state[it["p"]]
         X = self._collector.take(id(p))
+        Gout = self._collector.take_output(id(p))
+        kfac = g.get("curvature", "kfac") == "kfac"
+        U = None
         if g["stats"] == "next_batch":
             # this step's factors: used by the update (svd route) and kept for the next step
             it["factors"] = svd_factors(it["P"]) if it["snap"] or g["method"] == "svd" else None
@@ -641,14 +680,18 @@ class AdaptiveLMO(Optimizer):
                 return
             s, Vh = st.pop("pending_s"), st.pop("pending_Vh")
             d = st.pop("pending_d", None)
+            U = st.pop("pending_U", None)
         else:
             f = svd_factors(it["P"])
             it["factors"] = f
-            s, Vh = f.s, f.Vh
+            s, Vh, U = f.s, f.Vh, f.U
             d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
         it["crit"] = (s, d)
-        it["c"] = None
-        it["c_len"] = s.numel()
+        it["c"], it["b"] = None, None
+        r = s.shape[-1]
+        # shapes every rank agrees on (for the all-reduce), whatever it recorded
+        it["c_shape"] = (*s.shape, r) if kfac else (s.numel(),)
+        it["b_shape"] = (*s.shape, r) if kfac else None
         if X is None:
             return
         if X.shape[-1] != it["shape"][-1]:
@@ -656,16 +699,35 @@ class AdaptiveLMO(Optimizer):
                 f"AdaptiveLMO, layer {self._names[id(p)]}: recorded features have "
                 f"{X.shape[-1]} columns, the matrix view {it['shape']} needs {it['shape'][-1]}"
             )
-        it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
+        if not kfac:
+            it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
+            return
+        it["c"] = curvature_matrix(Vh, X.to(Vh.dtype))
+        if Gout is not None and U is not None:
+            if Gout.shape[-1] != it["shape"][-2]:
+                raise ValueError(
+                    f"AdaptiveLMO, layer {self._names[id(p)]}: recorded output gradients have "
+                    f"{Gout.shape[-1]} columns, the matrix view {it['shape']} needs "
+                    f"{it['shape'][-2]}"
+                )
+            it["b"] = curvature_matrix(U.mT, Gout.to(U.dtype))
 
     def _keep_factors(self, it: dict[str, Any]) -> None:
         """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
         st, f = self.state[it["p"]], it["factors"]
         st["pending_s"], st["pending_Vh"] = f.s, f.Vh
+        if it["g"].get("curvature", "kfac") == "kfac":
+            st["pending_U"] = f.U
         if it["g"]["precondition"] is not None:
             st["pending_d"] = alignment(f.U, f.Vh, it["ghat"])
 
     def _sync_curvatures(self, items: list[dict[str, Any]]) -> None:
+        """Average each due layer's curvature statistics (``c``, and ``b`` for kfac) over ranks.
+
+        Every rank packs a fixed-shape slot per statistic (zeros and a 0 flag when it recorded
+        none); the mean is over the ranks that recorded it. Non-finite statistics on any rank
+        turn that statistic into NaN everywhere (the criterion then skips the layer).
+        """
         due = [it for it in items if it["due"]]
         if not (
             due
@@ -676,41 +738,36 @@ class AdaptiveLMO(Optimizer):
         ):
             return
         dev = due[0]["P"].device
-        flat = torch.cat(
-            [
-                it["c"].to(torch.float64)
-                if it["c"] is not None
-                else torch.zeros(it["c_len"], dtype=torch.float64, device=dev)
-                for it in due
-            ]
-        )
-        flags = torch.tensor(
-            [0.0 if it["c"] is None else 1.0 for it in due], dtype=torch.float64, device=dev
-        )
-        # Non-finite statistics on one rank would poison everyone: zero them and drop the flag.
-        bad = torch.tensor(
-            [
-                1.0 if it["c"] is not None and not bool(torch.isfinite(it["c"]).all()) else 0.0
-                for it in due
-            ],
-            dtype=torch.float64,
-            device=dev,
-        )
-        flat = torch.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0)
-        packed = torch.cat([flat, flags, bad])
+        slots = [(it, k) for it in due for k in ("c", "b") if it[f"{k}_shape"] is not None]
+        flats, flags, bad = [], [], []
+        for it, k in slots:
+            t, shape = it[k], it[f"{k}_shape"]
+            n = math.prod(shape)
+            if t is None:
+                flats.append(torch.zeros(n, dtype=torch.float64, device=dev))
+            else:
+                flats.append(t.to(torch.float64).reshape(-1))
+            flags.append(0.0 if t is None else 1.0)
+            bad.append(1.0 if t is not None and not bool(torch.isfinite(t).all()) else 0.0)
+        flat = torch.nan_to_num(torch.cat(flats), nan=0.0, posinf=0.0, neginf=0.0)
+        fl = torch.tensor(flags, dtype=torch.float64, device=dev)
+        bd = torch.tensor(bad, dtype=torch.float64, device=dev)
+        packed = torch.cat([flat, fl, bd])
         dist.all_reduce(packed)
         n = flat.numel()
-        flat, flags, bad = packed[:n], packed[n : n + len(due)], packed[n + len(due) :]
+        flat, fl, bd = packed[:n], packed[n : n + len(slots)], packed[n + len(slots) :]
         off = 0
-        for k, it in enumerate(due):
-            seg = flat[off : off + it["c_len"]]
-            off += it["c_len"]
-            if float(bad[k]) > 0:
-                it["c"] = torch.full_like(seg, math.nan)
-            elif float(flags[k]) > 0:
-                it["c"] = (seg / flags[k]).to(it["crit"][0].dtype)
+        for j, (it, k) in enumerate(slots):
+            shape = it[f"{k}_shape"]
+            seg = flat[off : off + math.prod(shape)].reshape(shape)
+            off += math.prod(shape)
+            dtype = it["crit"][0].dtype
+            if float(bd[j]) > 0:
+                it[k] = torch.full_like(seg, math.nan).to(dtype)
+            elif float(fl[j]) > 0:
+                it[k] = (seg / fl[j]).to(dtype)
             else:
-                it["c"] = None
+                it[k] = None
 
     def _choose(self, it: dict[str, Any]) -> None:
         p, g, st = it["p"], it["g"], self.state[it["p"]]
@@ -729,15 +786,29 @@ class AdaptiveLMO(Optimizer):
                 )
                 self._fallbacks.append((p, hooked))
             return
+        curv, how = it["c"], ""
+        if g.get("curvature", "kfac") == "kfac":
+            if it.get("b") is None:
+                curv = torch.diagonal(curv, dim1=-2, dim2=-1).reshape(-1)
+                how = ", input only: no output gradients recorded"
+                if id(p) in self._collector.hooked:
+                    self._warn(
+                        p,
+                        "noout",
+                        "curvature='kfac' but no output gradients were recorded (the module's "
+                        "output did not require grad or no backward ran); using input statistics",
+                    )
+            else:
+                curv, how = it["b"] * curv, ", kfac"
         try:
-            a = choose_exponent(s, it["c"], d, rule=g["criterion"])
+            a = choose_exponent(s, curv, d, rule=g["criterion"])
         except ValueError as e:
             st.setdefault("exponent", g["fallback_exponent"])
             st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
             self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
             return
         st["exponent"] = a
-        st["source"] = f"criterion ({g['criterion']})"
+        st["source"] = f"criterion ({g['criterion']}{how})"
 
     def _apply(self, it: dict[str, Any]) -> None:
         p, g = it["p"], it["g"]

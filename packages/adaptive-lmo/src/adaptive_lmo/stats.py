@@ -21,6 +21,13 @@ Features per layer kind (the matrix view of the weight is what the optimizer tra
   ``out_proj`` of ``nn.MultiheadAttention``): it is hooked, but the hook never fires.
 
 Passes run with gradients disabled (evaluation) are not recorded.
+
+Output gradients (``curvature="kfac"``). For parameters in ``want_out`` the forward hook also
+registers a tensor hook on the module's output, so the backward pass of the same forward hands
+over :math:`\partial L/\partial z` for every output row (``nn.Linear``: ``(..., m)`` flattened
+to rows; convs: ``(B, out, *spatial)`` to ``(B * L, out)``), sketched the same way into at most
+``max_rows`` rows. With a mean-reduced loss each row is ``1/N`` of the per-example gradient; the
+criterion is invariant to that scale.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ActivationCollector", "feature_fn_for", "subsample_rows"]
+__all__ = ["ActivationCollector", "feature_fn_for", "output_rows", "subsample_rows"]
 
 
 def subsample_rows(X: Tensor, k: int, generator: torch.Generator) -> Tensor:
@@ -69,6 +76,16 @@ def _conv_features(module: nn.Conv1d | nn.Conv2d, x: Tensor, max_rows: int) -> T
     return cols.transpose(1, 2).reshape(-1, cols.shape[1])
 
 
+def output_rows(module: nn.Module, g: Tensor) -> Tensor:
+    """Rows ``(N, out)`` of the gradient ``g`` at ``module``'s output (Linear or Conv)."""
+    if isinstance(module, nn.Linear):
+        return g.reshape(-1, g.shape[-1])
+    conv_ndim = 2 if isinstance(module, nn.Conv2d) else 1
+    if g.ndim == conv_ndim + 1:  # unbatched
+        g = g.unsqueeze(0)
+    return g.movedim(1, -1).reshape(-1, g.shape[1])
+
+
 def feature_fn_for(module: nn.Module) -> Callable[[nn.Module, Tensor, int], Tensor] | None:
     """The feature extractor for ``module``'s weight, or None when hooks cannot see its inputs."""
     if isinstance(module, nn.Linear):
@@ -94,7 +111,9 @@ class ActivationCollector:
         self.max_rows = int(max_rows)
         self.generator = torch.Generator().manual_seed(seed)
         self.rows: dict[int, list[Tensor]] = {}
+        self.out_rows: dict[int, list[Tensor]] = {}
         self.due: set[int] = set()
+        self.want_out: set[int] = set()
         self.hooked: set[int] = set()
         self.handles: list[torch.utils.hooks.RemovableHandle] = []
 
@@ -105,20 +124,40 @@ class ActivationCollector:
         X = subsample_rows(X.detach(), self.max_rows, self.generator)
         self.rows.setdefault(key, []).append(X)
 
-    def take(self, key: int) -> Tensor | None:
-        """The sketch for ``key`` (at most ``max_rows`` rows), removed from the store."""
-        parts = self.rows.pop(key, None)
+    def add_output(self, key: int, Gr: Tensor) -> None:
+        """Append output-gradient rows ``Gr`` (``(N, m)``) for parameter ``key`` (sketched)."""
+        if Gr.shape[-2] == 0:
+            return
+        Gr = subsample_rows(Gr.detach(), self.max_rows, self.generator)
+        self.out_rows.setdefault(key, []).append(Gr)
+
+    def _take(self, store: dict[int, list[Tensor]], key: int) -> Tensor | None:
+        parts = store.pop(key, None)
         if not parts:
             return None
         X = torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]
         return subsample_rows(X, self.max_rows, self.generator)
 
+    def take(self, key: int) -> Tensor | None:
+        """The input sketch for ``key`` (at most ``max_rows`` rows), removed from the store."""
+        return self._take(self.rows, key)
+
+    def take_output(self, key: int) -> Tensor | None:
+        """The output-gradient sketch for ``key`` (at most ``max_rows`` rows), removed."""
+        return self._take(self.out_rows, key)
+
     def clear(self) -> None:
         self.rows.clear()
+        self.out_rows.clear()
 
     def nbytes(self) -> int:
-        """Bytes held by pending sketches."""
-        return sum(t.numel() * t.element_size() for parts in self.rows.values() for t in parts)
+        """Bytes held by pending sketches (inputs and output gradients)."""
+        return sum(
+            t.numel() * t.element_size()
+            for store in (self.rows, self.out_rows)
+            for parts in store.values()
+            for t in parts
+        )
 
     def hook(self, module: nn.Module, param: Tensor) -> bool:
         """Register a forward hook on ``module`` recording inputs for ``param``; False if none."""
@@ -137,6 +176,15 @@ class ActivationCollector:
                 return
             with torch.no_grad():
                 col.add(key, fn(mod, x.detach(), col.max_rows))
+            if key in col.want_out and isinstance(output, Tensor) and output.requires_grad:
+
+                def grad_hook(g: Tensor) -> None:
+                    c2 = ref()
+                    if c2 is not None and key in c2.due:
+                        with torch.no_grad():
+                            c2.add_output(key, output_rows(mod, g.detach()))
+
+                output.register_hook(grad_hook)
 
         self.handles.append(module.register_forward_hook(forward_hook))
         self.hooked.add(key)

@@ -26,6 +26,7 @@ from ..routing import scan_module
 
 __all__ = [
     "EXTRA_OPTIMIZERS",
+    "INPUT_CURV",
     "OPTIMIZERS",
     "SAME_BATCH",
     "Combined",
@@ -41,7 +42,8 @@ __all__ = [
 
 OPTIMIZERS = ("AdamW", "Muon", "SGD", "AdaptiveLMO")
 SAME_BATCH = "AdaptiveLMO same-batch stats"  # ablation row: stats="same_batch" (not judged)
-EXTRA_OPTIMIZERS = ("Adam", "MuAdam", SAME_BATCH)
+INPUT_CURV = "AdaptiveLMO input curvature"  # ablation row: curvature="input" (not judged)
+EXTRA_OPTIMIZERS = ("Adam", "MuAdam", SAME_BATCH, INPUT_CURV)
 TOL_LOSS = 0.02  # relative
 TOL_ACC = 0.005  # absolute (0.5 percentage points)
 ADAMW_SIDE_LR = 3e-3  # AdamW lr of the non-matrix parameters under Muon and AdaptiveLMO
@@ -73,6 +75,7 @@ def build_optimizer(
     update_every: int = 10,
     stats: str | None = None,
     fixed_exponents: Any = None,
+    curvature: str | None = None,
 ) -> Any:
     """One of :data:`OPTIMIZERS` or :data:`EXTRA_OPTIMIZERS` on ``model``, matrix lr ``lr``.
 
@@ -87,10 +90,16 @@ def build_optimizer(
     AdaptiveLMO's activation-statistics source (None: its default, ``"next_batch"``);
     :data:`SAME_BATCH` is "AdaptiveLMO" with ``stats="same_batch"``. ``fixed_exponents`` is
     passed to AdaptiveLMO (pins some matrices' exponents, the rest follow ``exponent``).
+    ``curvature`` sets AdaptiveLMO's curvature model (None: its default, ``"kfac"``);
+    :data:`INPUT_CURV` is "AdaptiveLMO" with ``curvature="input"``.
     """
     if name == SAME_BATCH:
         name, stats = "AdaptiveLMO", "same_batch"
+    if name == INPUT_CURV:
+        name, curvature = "AdaptiveLMO", "input"
     stat_kw = {} if stats is None else {"stats": stats}
+    if curvature is not None:
+        stat_kw["curvature"] = curvature
     if name == "AdamW":
         return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     if name == "Adam":
@@ -174,6 +183,7 @@ def default_grids(k: int) -> dict[str, list[float]]:
         "SGD": log_grid(0.01, 0.3, k),
         "AdaptiveLMO": log_grid(0.01, 0.3, k),
         SAME_BATCH: log_grid(0.01, 0.3, k),
+        INPUT_CURV: log_grid(0.01, 0.3, k),
     }
 
 
@@ -385,6 +395,27 @@ def stats_ablation(res: SweepResult, metric: str) -> tuple[dict[str, Any], str]:
     line = (
         f"Next-batch (default) vs same-batch statistics (paired, not judged): log({metric} "
         f"ratio) {c.mean:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}]; same-batch final exponents "
+        + ", ".join(f"{k}: {v:.2f}" for k, v in fin.items())
+    )
+    return metrics, line
+
+
+def curvature_ablation(res: SweepResult, metric: str) -> tuple[dict[str, Any], str]:
+    """Metrics and a summary line comparing "AdaptiveLMO" (``curvature="kfac"``, the default)
+    with :data:`INPUT_CURV` (paired, as :func:`stats_ablation`), and the latter's final
+    exponents.
+    """
+    c = paired_log_ratio(res, "AdaptiveLMO", INPUT_CURV)
+    fin = final_exponents(res.runs[INPUT_CURV][res.best_lr[INPUT_CURV]])
+    metrics = {
+        "kfac_vs_input_log_ratio_per_seed": c.per_seed,
+        "kfac_vs_input_log_ratio_mean": c.mean,
+        "kfac_vs_input_log_ratio_ci": [c.lo, c.hi],
+        **{f"input_curvature_final_exponent[{k}]": v for k, v in fin.items()},
+    }
+    line = (
+        f"K-FAC (default) vs input-only curvature (paired, not judged): log({metric} ratio) "
+        f"{c.mean:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}]; input-curvature final exponents "
         + ", ".join(f"{k}: {v:.2f}" for k, v in fin.items())
     )
     return metrics, line

@@ -21,6 +21,7 @@ from torch import nn
 from shared_core.experiment import ExperimentResult, RunContext, run_experiment
 
 from ._common import (
+    curvature_ablation,
     default_grids,
     final_exponents,
     markdown_table,
@@ -97,12 +98,14 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     final_exp = final_exponents(runs_a)
     rows = table_rows(res, "acc")
     abl_metrics, abl_line = stats_ablation(res, "accuracy")
+    curv_metrics, curv_line = curvature_ablation(res, "accuracy")
     metrics: dict[str, Any] = {
         **sweep_metrics(res, "acc"),
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
         "better_baseline": best_base,
         "gap_to_better_baseline": res.test_mean["AdaptiveLMO"] - best_val,
         **abl_metrics,
+        **curv_metrics,
         "config": cfg,
     }
     summary = [
@@ -113,6 +116,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         "",
         "Final exponents: " + ", ".join(f"{k}: {v:.2f}" for k, v in final_exp.items()),
         abl_line,
+        curv_line,
         f"AdaptiveLMO - better of Muon/AdamW ({best_base}): "
         f"{metrics['gap_to_better_baseline']:+.4f} (holds if >= -0.005).",
     ]
