@@ -12,7 +12,10 @@ Cases (full sizes; ``--quick`` shrinks them):
 - Stiefel IMuon vs geoopt RiemannianAdam (1024x256);
 - optimizer-state memory (bytes of state tensors) vs Muon.
 
-Ratios are candidate time / baseline time (shared_core.bench.compare, interleaved pairs).
+Ratios are candidate time / baseline time (shared_core.bench.compare, interleaved pairs). The
+IMuon-vs-Muon cases also store process-CPU-time ratios of the same pairs (``cpu_ratio_*`` in
+the JSON params; less sensitive than the wall clock to other jobs on a shared machine) and the
+1-minute load average at the end of the run. ``--only-fixed`` runs just the fixed-rank cases.
 
     python packages/imuon/benchmarks/step_time.py --quick \
         --out packages/imuon/benchmarks/results/step_time_cpu_quick.json
@@ -21,7 +24,10 @@ Ratios are candidate time / baseline time (shared_core.bench.compare, interleave
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
+import time
 
 import torch
 
@@ -33,6 +39,7 @@ from shared_core.manifolds import SPD, Stiefel
 # One CPU thread for both sides: on the shared 2-core machine OpenMP regions of small LAPACK
 # calls (orgqr in linalg.qr) spin under load and would dominate the fixed-rank step.
 THREADS = 1
+WARMUP = 3
 
 
 def _param(t):
@@ -54,18 +61,44 @@ def _state_bytes(opt) -> int:
 SAME_NS = {"polar": "muon", "polar_dtype": torch.bfloat16}
 
 
+def _cpu_timed(fn, sink):
+    """``fn`` that also appends its process CPU time to ``sink``."""
+
+    def run():
+        t0 = time.process_time()
+        fn()
+        sink.append(time.process_time() - t0)
+
+    return run
+
+
+def _add_cpu_ratios(res, cpu_c, cpu_b, warmup):
+    # compare() runs `warmup` calls of each side, then `repeats` pairs; pair k is
+    # (cpu_c[warmup + k], cpu_b[warmup + k]). On a shared machine the wall clock counts time
+    # spent waiting for a core; process CPU time does not (it still sees cache contention).
+    ratios = sorted(c / b for c, b in zip(cpu_c[warmup:], cpu_b[warmup:], strict=True) if b > 0)
+    if ratios:
+        res.params["cpu_ratio_median"] = statistics.median(ratios)
+        res.params["cpu_ratio_min"], res.params["cpu_ratio_max"] = ratios[0], ratios[-1]
+        res.params["cpu_s_median_candidate"] = statistics.median(cpu_c[warmup:])
+        res.params["cpu_s_median_baseline"] = statistics.median(cpu_b[warmup:])
+
+
 def _pair_case(name, cand_params, cand_groups, base_params, repeats, device, extra=None, cand=None):
     cand = IMuon(cand_groups, lr=0.01, **(SAME_NS if cand is None else cand))
     base = torch.optim.Muon(base_params, lr=0.01)
+    cpu_c, cpu_b = [], []
     res = compare(
-        cand.step,
-        base.step,
+        _cpu_timed(cand.step, cpu_c),
+        _cpu_timed(base.step, cpu_b),
         name=name,
+        warmup=WARMUP,
         repeats=repeats,
         device=device,
         threads=THREADS,
         params=extra or {},
     )
+    _add_cpu_ratios(res, cpu_c, cpu_b, WARMUP)
     res.params["state_bytes_candidate"] = _state_bytes(cand)
     res.params["state_bytes_muon"] = _state_bytes(base)
     return res
@@ -76,17 +109,22 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default="step_time.json")
+    ap.add_argument("--only-fixed", action="store_true", help="only the fixed-rank LoRA cases")
+    ap.add_argument("--repeats", type=int, default=None, help="timed pairs per case")
     args = ap.parse_args(argv)
     dev = args.device
     q = args.quick
-    reps = 5 if q else 10
+    reps = args.repeats or (5 if q else 10)
     torch.manual_seed(0)
     results = []
 
-    sizes = [(256, 256), (1024, 256)] if q else [(1024, 1024), (4096, 1024)]
-    for m, n in sizes:
-        w = torch.randn(m, n, device=dev)
-        results.append(_pair_case(f"euclidean {m}x{n}", None, [_param(w)], [_param(w)], reps, dev))
+    if not args.only_fixed:
+        sizes = [(256, 256), (1024, 256)] if q else [(1024, 1024), (4096, 1024)]
+        for m, n in sizes:
+            w = torch.randn(m, n, device=dev)
+            results.append(
+                _pair_case(f"euclidean {m}x{n}", None, [_param(w)], [_param(w)], reps, dev)
+            )
 
     big, ranks = (1024, [8, 32]) if q else (4096, [8, 64])
     for r in ranks:
@@ -106,88 +144,95 @@ def main(argv=None) -> int:
                 )
             )
 
-    n_spd = 128 if q else 512
-    s = SPD(n_spd).random_point(device=dev)
-    results.append(
-        _pair_case(
-            f"SPD {n_spd}",
-            None,
-            [{"params": [_param(s)], "manifold": "spd"}],
-            [_param(s)],
-            reps,
-            dev,
-        )
-    )
-    n_st, p_st = (256, 64) if q else (1024, 256)
-    x = Stiefel(n_st, p_st).random_point(device=dev)
-    for kind in ("stiefel", "grassmann"):
+    if not args.only_fixed:
+        n_spd = 128 if q else 512
+        s = SPD(n_spd).random_point(device=dev)
         results.append(
             _pair_case(
-                f"{kind} {n_st}x{p_st}",
+                f"SPD {n_spd}",
                 None,
-                [{"params": [_param(x)], "manifold": kind}],
-                [_param(x)],
+                [{"params": [_param(s)], "manifold": "spd"}],
+                [_param(s)],
                 reps,
                 dev,
             )
         )
-
-    # Stiefel: closed form vs manifold Muon by dual ascent (one LMO call each).
-    St = Stiefel(n_st, p_st)
-    G = torch.randn(n_st, p_st, device=dev)
-    rg = St.egrad2rgrad(x, G)
-    iters = 100
-    xi = stiefel_lmo(x, rg, polar="svd")
-    xi_da, err_da = manifold_muon_dual_ascent(x, G, iters=iters)
-    res = compare(
-        lambda: stiefel_lmo(x, rg, polar="svd"),
-        lambda: manifold_muon_dual_ascent(x, G, iters=iters),
-        name=f"stiefel LMO closed form vs dual ascent ({iters} polars) {n_st}x{p_st}",
-        repeats=max(3, reps // 2),
-        warmup=1,
-        device=dev,
-        threads=THREADS,
-    )
-    res.params.update(
-        objective_closed_form=float((G * xi).sum()),
-        objective_dual_ascent=float((G * xi_da).sum()),
-        tangency_closed_form=float((x.T @ xi + xi.T @ x).norm()),
-        tangency_dual_ascent_before_projection=float(err_da),
-        spectral_norm_closed_form=float(torch.linalg.matrix_norm(xi, 2)),
-        spectral_norm_dual_ascent=float(torch.linalg.matrix_norm(xi_da, 2)),
-    )
-    # The two solve different problems (intrinsic ball vs ambient spectral ball); rescaled
-    # into the ambient ball both are feasible for manifold Muon's problem.
-    res.params["objective_closed_form_in_ambient_ball"] = (
-        res.params["objective_closed_form"] / res.params["spectral_norm_closed_form"]
-    )
-    res.params["objective_dual_ascent_in_ambient_ball"] = res.params["objective_dual_ascent"] / max(
-        1.0, res.params["spectral_norm_dual_ascent"]
-    )
-    results.append(res)
-
-    try:
-        import geoopt
-
-        gp = geoopt.ManifoldParameter(x.clone(), manifold=geoopt.Stiefel())
-        gp.grad = torch.randn_like(x) * 0.01
-        radam = geoopt.optim.RiemannianAdam([gp], lr=0.01)
-        ours = IMuon([{"params": [_param(x)], "manifold": "stiefel"}], lr=0.01)
-        results.append(
-            compare(
-                ours.step,
-                radam.step,
-                name=f"stiefel iMuon vs geoopt RiemannianAdam {n_st}x{p_st}",
-                repeats=reps,
-                device=dev,
-                threads=THREADS,
+        n_st, p_st = (256, 64) if q else (1024, 256)
+        x = Stiefel(n_st, p_st).random_point(device=dev)
+        for kind in ("stiefel", "grassmann"):
+            results.append(
+                _pair_case(
+                    f"{kind} {n_st}x{p_st}",
+                    None,
+                    [{"params": [_param(x)], "manifold": kind}],
+                    [_param(x)],
+                    reps,
+                    dev,
+                )
             )
-        )
-    except ImportError:
-        print("geoopt not installed: RiemannianAdam case skipped", file=sys.stderr)
 
+        # Stiefel: closed form vs manifold Muon by dual ascent (one LMO call each).
+        St = Stiefel(n_st, p_st)
+        G = torch.randn(n_st, p_st, device=dev)
+        rg = St.egrad2rgrad(x, G)
+        iters = 100
+        xi = stiefel_lmo(x, rg, polar="svd")
+        xi_da, err_da = manifold_muon_dual_ascent(x, G, iters=iters)
+        res = compare(
+            lambda: stiefel_lmo(x, rg, polar="svd"),
+            lambda: manifold_muon_dual_ascent(x, G, iters=iters),
+            name=f"stiefel LMO closed form vs dual ascent ({iters} polars) {n_st}x{p_st}",
+            repeats=max(3, reps // 2),
+            warmup=1,
+            device=dev,
+            threads=THREADS,
+        )
+        res.params.update(
+            objective_closed_form=float((G * xi).sum()),
+            objective_dual_ascent=float((G * xi_da).sum()),
+            tangency_closed_form=float((x.T @ xi + xi.T @ x).norm()),
+            tangency_dual_ascent_before_projection=float(err_da),
+            spectral_norm_closed_form=float(torch.linalg.matrix_norm(xi, 2)),
+            spectral_norm_dual_ascent=float(torch.linalg.matrix_norm(xi_da, 2)),
+        )
+        # The two solve different problems (intrinsic ball vs ambient spectral ball); rescaled
+        # into the ambient ball both are feasible for manifold Muon's problem.
+        res.params["objective_closed_form_in_ambient_ball"] = (
+            res.params["objective_closed_form"] / res.params["spectral_norm_closed_form"]
+        )
+        res.params["objective_dual_ascent_in_ambient_ball"] = res.params[
+            "objective_dual_ascent"
+        ] / max(1.0, res.params["spectral_norm_dual_ascent"])
+        results.append(res)
+
+        try:
+            import geoopt
+
+            gp = geoopt.ManifoldParameter(x.clone(), manifold=geoopt.Stiefel())
+            gp.grad = torch.randn_like(x) * 0.01
+            radam = geoopt.optim.RiemannianAdam([gp], lr=0.01)
+            ours = IMuon([{"params": [_param(x)], "manifold": "stiefel"}], lr=0.01)
+            results.append(
+                compare(
+                    ours.step,
+                    radam.step,
+                    name=f"stiefel iMuon vs geoopt RiemannianAdam {n_st}x{p_st}",
+                    repeats=reps,
+                    device=dev,
+                    threads=THREADS,
+                )
+            )
+        except ImportError:
+            print("geoopt not installed: RiemannianAdam case skipped", file=sys.stderr)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     for r in results:
-        print(f"{r.name:70s} ratio {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]")
+        r.params.setdefault("load_avg_1min_at_end", load)
+        cpu = r.params.get("cpu_ratio_median")
+        extra = "" if cpu is None else f"  cpu-time ratio {cpu:.3f}"
+        print(
+            f"{r.name:70s} ratio {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]{extra}"
+        )
     write_json(args.out, results, device=dev, command="python " + " ".join(sys.argv))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import math
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from imuon.lmo import (
     stiefel_lift,
     stiefel_lmo,
 )
-from imuon.norms import block_lmo, masked_polar, parse_norm
+from imuon.norms import block_lmo, masked_polar, parse_norm, resolve_polar
 from shared_core.manifolds import SPD, Factors, FixedRankFactored, Grassmann, Stiefel
 
 D = torch.float64
@@ -183,3 +184,67 @@ def test_unknown_norm_and_lift_raise():
         fixed_rank_lift(x, x, lift="sideways")
     with pytest.raises(ValueError, match="unknown Stiefel metric"):
         stiefel_lmo(torch.eye(3, 2, dtype=D), torch.zeros(3, 2, dtype=D), metric="round")
+
+
+@pytest.mark.parametrize(("m", "n"), [(517, 6), (9, 301), (1000, 32)])
+def test_auto_polar_of_elongated_float32_blocks_is_the_exact_masked_polar(m, n):
+    # "auto" sends elongated float32 CPU blocks (any small side) to the float64 Gram route.
+    gen = torch.Generator().manual_seed(31)
+    k = min(m, n)
+    u = torch.linalg.qr(torch.randn(m, k, generator=gen, dtype=D))[0]
+    v = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=D))[0]
+    s = torch.logspace(0, -2, k, dtype=D)
+    s[-1] = 0.0  # one exact zero: its direction must map to 0, as in the masked SVD
+    G = ((u * s) @ v.mT).float()
+    assert resolve_polar("auto", G) == "gram"
+    got = block_lmo([G], "spectral", polar="auto")[0].double()
+    # Reference: float64 SVD of the float32 matrix with the documented cut-off (max(m, n)
+    # float32 epsilons of the largest singular value; the rounded zero sits ~1e-8 above 0).
+    uu, ss, vvh = np.linalg.svd(G.double().numpy(), full_matrices=False)
+    keep = ss > max(m, n) * np.finfo(np.float32).eps * ss.max()
+    assert keep.sum() == k - 1
+    want = -torch.from_numpy(uu[:, keep] @ vvh[keep])
+    assert float((got - want).abs().max()) < 1e-4
+    assert float(torch.linalg.matrix_norm(got, 2)) < 1 + 1e-5
+    assert float((got @ v[:, -1]).norm()) < 1e-4  # the zero direction stays zero
+
+
+@pytest.mark.parametrize(("m", "r"), [(4096, 64), (1031, 7), (300, 300)])
+def test_float64_cholesky_qr_frames_are_certified_only_when_provably_accurate(m, r):
+    from imuon.lmo import cholesky_qr64
+
+    gen = torch.Generator().manual_seed(41)
+    u = torch.linalg.qr(torch.randn(m, r, generator=gen, dtype=D))[0]
+    v = torch.linalg.qr(torch.randn(r, r, generator=gen, dtype=D))[0]
+    eye = torch.eye(r, dtype=D)
+    for cond in (2.0, 1e3):
+        A = ((u * torch.logspace(0, -math.log10(cond), r, dtype=D)) @ v.mT).float()
+        # The documented certificate: Yamamoto et al.'s bound with kappa taken twice as large.
+        delta = 8 * 2 * cond * math.sqrt((m * r + r * (r + 1)) * 2.0**-53)
+        expect = delta <= 1 and 5 / 64 * delta**2 <= 2.0**-24
+        assert expect == (cond == 2.0)  # the cases are chosen on either side
+        got = cholesky_qr64(A)
+        assert (got is not None) == expect
+        if got is None:
+            continue
+        q64, r64 = got[0].double(), got[1].double()
+        # At least as orthonormal and backward stable as float32 Householder on the same A.
+        qh32, rh32 = (t.double() for t in torch.linalg.qr(A))
+
+        def orth(qq):
+            return float((qq.mT @ qq - eye).norm())
+
+        def resid(qq, rq, a):
+            return float((qq @ rq - a).norm() / a.norm())
+
+        assert orth(q64) <= max(2 * orth(qh32), 4 * r**0.5 * 2.0**-24)
+        a64 = A.double()
+        assert resid(q64, r64, a64) <= max(2 * resid(qh32, rh32, a64), 4 * r**0.5 * 2.0**-24)
+        assert float(torch.triu(r64).sub(r64).abs().max()) == 0.0
+        # Same column space as a float64 Householder frame.
+        qh = torch.linalg.qr(A.double())[0]
+        assert float((qh - q64 @ (q64.mT @ qh)).norm()) < 1e-5
+    # Rank deficient: no certificate, and Householder still runs.
+    A = torch.randn(m, r, generator=gen)
+    A[:, -1] = A[:, 0]
+    assert cholesky_qr64(A) is None

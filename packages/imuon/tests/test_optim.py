@@ -426,3 +426,62 @@ def test_cuda_matches_cpu():
         )
         outs.append(X.detach().cpu())
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+
+
+def test_finite_gradients_whose_sum_overflows_still_step():
+    # The non-finite check first sums each gradient (a finite sum proves every entry finite);
+    # finite entries that overflow the sum must fall back to the entrywise check, not skip.
+    gen = _gen(21)
+    a = torch.nn.Parameter(torch.randn(13, 3, generator=gen))
+    b = torch.nn.Parameter(torch.randn(9, 3, generator=gen))
+    w = torch.nn.Parameter(torch.randn(6, 4, generator=gen))
+    before = [t.detach().clone() for t in (a, b, w)]
+    opt = IMuon(
+        [{"params": [a, b], "manifold": "fixed_rank"}, {"params": [w]}], lr=0.1, nonfinite="raise"
+    )
+    big = torch.finfo(torch.float32).max / 4
+    for t in (a, b, w):
+        t.grad = torch.full_like(t, big) * torch.sign(torch.randn(t.shape, generator=gen))
+        t.grad[0, 0] = big  # at least one entry of each sign-pattern is huge
+    assert not torch.isfinite(torch.stack([t.grad.abs().sum() for t in (a, b, w)]).sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.step()
+    assert all(not torch.equal(t.detach(), t0) for t, t0 in zip((a, b, w), before, strict=True))
+    assert all(bool(torch.isfinite(t).all()) for t in (a, b, w))
+    # +inf and -inf in one gradient sum to NaN; the step is refused.
+    a.grad[1, 1], a.grad[2, 2] = float("inf"), float("-inf")
+    with pytest.raises(FloatingPointError):
+        opt.step()
+
+
+@pytest.mark.parametrize(("m", "n", "r"), [(611, 523, 7), (700, 700, 40)])
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("spread", [0.0, 2.0])
+def test_fixed_rank_float32_steps_match_the_float64_steps(m, n, r, nesterov, spread):
+    # float32 CPU factors take the float64-Gram polar route and row-major solves; float64
+    # takes the masked SVD. They must agree to float32 accuracy over a few momentum steps,
+    # for well-conditioned factors (spread 0) and for B with condition number ~100.
+    gen = _gen(22)
+    a0 = torch.randn(m, r, generator=gen, dtype=D)
+    b0 = torch.randn(n, r, generator=gen, dtype=D) @ torch.diag(
+        torch.logspace(0, spread, r, dtype=D)
+    )
+    grads = [
+        (torch.randn(m, r, generator=gen, dtype=D), torch.randn(n, r, generator=gen, dtype=D))
+        for _ in range(4)
+    ]
+    out = {}
+    for dt in (torch.float32, D):
+        a, b = torch.nn.Parameter(a0.to(dt)), torch.nn.Parameter(b0.to(dt))
+        opt = IMuon([{"params": [a, b], "manifold": "fixed_rank"}], lr=0.05, nesterov=nesterov)
+        for ga, gb in grads:
+            a.grad, b.grad = ga.to(dt), gb.to(dt)
+            opt.step()
+        out[dt] = (a.detach().double() @ b.detach().double().mT, opt.state[a]["momentum_buffer"])
+    x32, x64 = out[torch.float32][0], out[D][0]
+    # 7.9e-8 (611x523, r=7) and 1.3e-5 (700x700, r=40; the same with the code before the
+    # float32 fast paths: the float32 polar factor of the r x r block amplifies round-off).
+    assert float((x32 - x64).norm() / x64.norm()) < 1e-4
+    m32, m64 = out[torch.float32][1].double(), out[D][1]
+    assert float((m32 - m64).norm() / m64.norm()) < 1e-4

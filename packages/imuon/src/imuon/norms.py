@@ -94,10 +94,14 @@ def resolve_polar(method: str, G: Tensor) -> str:
     matrix, :func:`shared_core.polar.gram_polar`) or a Newton-Schulz table of
     :func:`shared_core.polar.msign`.
 
-    ``"auto"`` takes the exact SVD for float64 and for small matrices (``min(m, n) <= 32``), the
-    Gram route for elongated (aspect ratio >= 16) CPU matrices, where it is several times
-    faster than both the SVD and Newton-Schulz (4096x64: ~1.5 ms vs 9 ms and 2.3 ms for five
-    bf16 steps, one thread), and Polar Express otherwise.
+    ``"auto"`` takes the exact SVD for float64, the Gram route for elongated (aspect ratio
+    >= 16) float32/bf16 CPU matrices, where it is faster than both the SVD and Newton-Schulz
+    (one thread: 4096x64 ~1.5 ms vs 3-9 ms and 2.1 ms for five bf16 steps; 4096x8 ~80 us vs
+    ~115 us and ~430 us), the SVD for other small matrices (``min(m, n) <= 32``) and Polar
+    Express otherwise. For float32 input both exact routes zero the singular values below
+    ``max(m, n)`` float32 epsilons of the largest; above it the Gram route's error on a
+    singular direction of relative size ``t`` is about ``max(m, n) * eps64 / t**2`` (float32
+    round-off for ``t >~ 1e-2``, 2e-6 at the cut-off of a 4096-row block).
     """
     if method not in POLAR_METHODS:
         raise ValueError(f"unknown polar method {method!r}; use one of {POLAR_METHODS}")
@@ -105,10 +109,12 @@ def resolve_polar(method: str, G: Tensor) -> str:
         return method
     m, n = G.shape[-2:]
     small, big = min(m, n), max(m, n)
-    if G.dtype == torch.float64 or small <= 32:
+    if G.dtype == torch.float64:
         return "svd"
     if G.device.type == "cpu" and big >= 16 * small:
         return "gram"
+    if small <= 32:
+        return "svd"
     return "polar_express"
 
 
