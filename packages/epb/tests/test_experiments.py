@@ -42,3 +42,20 @@ def test_cvrp_quick_path_on_tiny_config(tmp_path, monkeypatch):
         assert g[f"{name} + LS"] <= g[name] + 1e-4
     # the reference is PyVRP's (near-optimal) solution: no method beats it by more than rounding
     assert all(v >= -1e-4 for v in g.values())
+
+
+@pytest.mark.parametrize("command", [pytest.param("distil", marks=pytest.mark.slow), "probe"])
+def test_selection_harness_on_tiny_config(tmp_path, capsys, command):
+    import json
+
+    pytest.importorskip("elkai")
+    from epb.experiments import selection
+
+    cache = tmp_path / "sel.pt"
+    args = [command, "--instances", "5", "--train-inst", "3", "--train-starts", "1"]
+    args += ["--val-inst", "2", "--max-terms", "3", "--hidden", "2", "--cache", str(cache)]
+    assert selection.main(args) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # LKH-3 tours are near-optimal: a construction is never shorter by more than rounding
+    assert row["greedy"] >= -1e-3 and 0 <= row["val_agreement"] <= 1 and row["val_kl"] >= 0
+    assert cache.is_file() and selection.selection_set(5, cache)[1].shape == (5,)
