@@ -3,6 +3,9 @@
 The synthetic quick instance (m = 10, seed 0, far start), r = 2, one seed per estimator;
 prints ``t * bound_hp(0.1) / sqrt(V_t)`` (flat for a sqrt(t) bound) and the bound itself.
 Run: ``python probes/hp_rate_probe.py [rounds]`` (about a minute for 16000 rounds).
+
+The README's numbers from this script predate fixes 6 and 7 (centred variance, adaptive
+``q`` step, now the default); run today it measures the current default.
 """
 
 import math

@@ -254,7 +254,9 @@ def test_bound_formula_against_direct_evaluation():
 
 def test_full_information_matches_the_default():
     """At r = m the ix and the default estimators play the same q and theta (gamma = 0, and
-    softmax(-eta sum(1 - l)) = softmax(eta sum l)); m = 5 keeps eta <= 1 after round 1."""
+    softmax(-eta sum(1 - l)) = softmax(eta sum l)) when the default's constant is half of
+    ix's: the default's variance proxy at r = m is 1/4 (centred gains), ix's is 1, so
+    c sqrt(log m / (t/4)) = 2c sqrt(log m / t); m = 5 keeps eta <= 1 after round 1."""
     prob = make_grouped_logistic(5, 3, 20, radius=2.0, seed=7)
     thetas = []
     for est in ("iw", "ix"):
@@ -267,6 +269,8 @@ def test_full_information_matches_the_default():
             radius=prob.radius,
             grad_bound=prob.grad_bound,
             estimator=est,
+            lr_q=0.5 if est == "iw" else 1.0,
+            q_step="bound",
             generator=gen,
         )
         sampler = prob.sampler(gen)

@@ -36,7 +36,9 @@ def _softmax(v):
 def test_full_information_two_rounds_by_hand(update):
     w = torch.tensor([0.5], requires_grad=True)
     c_theta, c_q = 0.4, 0.5
-    opt = GDROFSQ([w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q, theta_update=update)
+    opt = GDROFSQ(
+        [w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q, theta_update=update, q_step="bound"
+    )
     a, cc = A.tolist(), C.tolist()
     # round 1: q uniform, all groups, pi = 1, kappa = 1, K_1 = 1
     l1 = [a[i] * 0.5 + cc[i] for i in range(3)]
@@ -47,9 +49,10 @@ def test_full_information_two_rounds_by_hand(update):
     step1 = c_theta / math.sqrt(17) if update == "ftrl" else c_theta
     w2 = 0.5 - step1 * g1
     assert w.item() == pytest.approx(w2, abs=1e-14)
-    # round 2: V_2 = 2, eta_2 = c_q sqrt(log 3 / 2) (below the cap 1 of r = m rounds),
-    # q_2 = softmax(eta_2 l1)
-    eta2 = c_q * math.sqrt(math.log(3) / 2)
+    # round 2: V_2 = 2 * 1/4 (the centred proxy at r = m),
+    # eta_2 = c_q sqrt(log 3 / V_2) (below the cap 1 of r = m rounds), q_2 = softmax(eta_2 l1)
+    eta2 = c_q * math.sqrt(math.log(3) / 0.5)
+    assert eta2 < 1
     q2 = _softmax([eta2 * x for x in l1])
     opt.round(_ToySampler(), 3)
     torch.testing.assert_close(opt.q, torch.tensor(q2))
@@ -71,12 +74,18 @@ def test_one_sample_two_rounds_by_hand():
     w = torch.tensor([0.5], requires_grad=True)
     c_theta, c_q = 0.4, 0.5
     opt = GDROFSQ(
-        [w], _toy_loss, 3, lr_theta=c_theta, lr_q=c_q, generator=torch.Generator().manual_seed(0)
+        [w],
+        _toy_loss,
+        3,
+        lr_theta=c_theta,
+        lr_q=c_q,
+        q_step="bound",
+        generator=torch.Generator().manual_seed(0),
     )
     a, cc = A.tolist(), C.tolist()
-    # round 1: V = 3, eta = min(c_q sqrt(log3/3), r/(2m) = 1/6) = 1/6, gamma = 3 eta = 1/2,
+    # round 1: V = 3 - 3/4, eta = min(c_q sqrt(log3/V), r/(2m) = 1/6) = 1/6, gamma = 3 eta = 1/2,
     # pi = 1/3 each
-    eta1 = min(c_q * math.sqrt(math.log(3) / 3), 1 / 6)
+    eta1 = min(c_q * math.sqrt(math.log(3) / 2.25), 1 / 6)
     assert eta1 == 1 / 6
     q1 = opt.plan(1)
     torch.testing.assert_close(q1.pi, torch.full((3,), 1 / 3))
@@ -88,9 +97,9 @@ def test_one_sample_two_rounds_by_hand():
     assert w.item() == pytest.approx(w2, abs=1e-14)
     est = [0.0, 0.0, 0.0]
     est[j] = l1 / (1 / 3)  # the loss is the max player's gain
-    # round 2: V = 6, eta_2 = min(c_q sqrt(log3/6), 1/6), q_2 = softmax(eta_2 est),
+    # round 2: V = 4.5, eta_2 = min(c_q sqrt(log3/4.5), 1/6), q_2 = softmax(eta_2 est),
     # gamma_2 = 3 eta_2
-    eta2 = min(c_q * math.sqrt(math.log(3) / 6), 1 / 6)
+    eta2 = min(c_q * math.sqrt(math.log(3) / 4.5), 1 / 6)
     q2 = _softmax([eta2 * e for e in est])
     gam2 = 3 * eta2
     assert gam2 <= 0.5
@@ -115,13 +124,13 @@ def test_r_equals_m_is_full_information_hedge():
     prob = _logistic()
     gen = torch.Generator().manual_seed(1)
     w = torch.zeros(3, requires_grad=True)
-    opt = GDROFSQ([w], prob.loss_fn, 4, lr_theta=0.7, lr_q=0.8, generator=gen)
+    opt = GDROFSQ([w], prob.loss_fn, 4, lr_theta=0.7, lr_q=0.8, q_step="bound", generator=gen)
     s = prob.sampler(gen)
     cum = torch.zeros(4)
     theta = torch.zeros(3)
     grad_sum, center_sum = torch.zeros(3), torch.zeros(3)
     for t in range(1, 16):
-        eta = 0.8 * math.sqrt(math.log(4) / t)
+        eta = min(0.8 * math.sqrt(math.log(4) / (t / 4)), 1.0)  # V_t = t/4, cap 1
         q_ref = torch.softmax(eta * cum, 0)  # Hedge on the gains l / B
         plan = opt.plan(4)
         assert plan.groups.tolist() == [0, 1, 2, 3]
@@ -265,6 +274,7 @@ def test_bound_decreases_with_sample_size_and_matches_formula(update):
         grad_bound=prob.grad_bound,
         generator=gen,
         theta_update=update,
+        q_step="bound",
     )
     s = prob.sampler(gen)
     kappas = []
@@ -280,7 +290,7 @@ def test_bound_decreases_with_sample_size_and_matches_formula(update):
     lag = 0.0 if update == "ftrl-prox" else 16.0
     c = big_r / (math.sqrt(2) * prob.grad_bound)
     assert opt.param_groups[0]["lr_theta"] == pytest.approx(c)
-    v = 4 / 1 + 4 / 2 + 4 / 4
+    v = (4 / 1 - 0.75) + (4 / 2 - 0.75) + (4 / 4 - 0.75)  # the centred proxies m/r - 3/4
     theta = big_r**2 * math.sqrt(k + lag) / (2 * c) + c * prob.grad_bound**2 * math.sqrt(k)
     # q part: (1/c_q + 2 c_q) sqrt(V log m) + log m / cap, cap = min(1/8, 2/8, 1) = 1/8
     expect = 2 * (theta + 3 * math.sqrt(v * math.log(4)) + 8 * math.log(4)) / 3
@@ -427,3 +437,148 @@ def test_importance_weighted_gradient_and_estimates_are_unbiased(r):
     assert abs(naive - float((q * A).sum())) > 0.03
     assert grad == pytest.approx(float((q * A).sum()), abs=0.005)
     torch.testing.assert_close(est, torch.ones(3), atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize(("m", "radius"), [(4, None), (7, 0.25)])
+def test_r_equals_m_is_smd_with_ftrl_options_step_for_step(m, radius):
+    """GDRO-FSQ at r = m and SMDFullInfo(q_update="ftrl", theta_update="ftrl-prox") with the
+    same constants, generator seed and sampler: the same query sets, q, iterates and averages
+    in every round (the small radius makes the projection active)."""
+    prob = make_grouped_logistic(m, 3, 20, seed=m)
+    runs = []
+    for kind in ("fsq", "smd"):
+        gen = torch.Generator().manual_seed(11)
+        w = torch.full((3,), 0.4, dtype=torch.float64, requires_grad=True)
+        if kind == "fsq":
+            opt = GDROFSQ(
+                [w], prob.loss_fn, m, 3.0, lr_q=1.3, radius=radius, q_step="bound", generator=gen
+            )
+        else:
+            opt = SMDFullInfo(
+                [w],
+                prob.loss_fn,
+                m,
+                lr_theta=3.0,
+                lr_q=1.3,
+                radius=radius,
+                q_update="ftrl",
+                theta_update="ftrl-prox",
+                generator=gen,
+            )
+        s = prob.sampler(gen)
+        trace = []
+        for _ in range(40):
+            losses = opt.round(s, m)
+            trace.append((opt.q, w.detach().clone(), losses, opt.averaged_params()[0]))
+        runs.append((trace, opt.averaged_q()))
+    (a, qa), (b, qb) = runs
+    for (q1, w1, l1, avg1), (q2, w2, l2, avg2) in zip(a, b, strict=True):
+        torch.testing.assert_close(q1, q2, rtol=1e-13, atol=0)
+        torch.testing.assert_close(w1, w2, rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(l1, l2, rtol=1e-13, atol=0)
+        torch.testing.assert_close(avg1, avg2, rtol=1e-13, atol=1e-15)
+    torch.testing.assert_close(qa, qb, rtol=1e-13, atol=0)
+    if radius is not None:  # the projection was active at some point
+        assert any(float(w.norm()) >= radius * (1 - 1e-12) for _, w, _, _ in a)
+
+
+def test_smd_options_by_hand():
+    """The mirror step keeps each round's own step; the FTRL step rescales all past gains;
+    with a horizon both are one constant step, and so is the theta step."""
+    m, c_q, c_th, T = 3, 0.8, 0.4, 9
+
+    def w0():
+        return [torch.tensor([0.5], dtype=torch.float64, requires_grad=True)]
+
+    opts = {
+        "md": SMDFullInfo(w0(), _toy_loss, m, c_th, lr_q=c_q),
+        "ftrl": SMDFullInfo(w0(), _toy_loss, m, c_th, lr_q=c_q, q_update="ftrl"),
+        "horizon": SMDFullInfo(w0(), _toy_loss, m, c_th, lr_q=c_q, horizon=T),
+    }
+    a = A.tolist()
+    for name, opt in opts.items():
+        w = 0.5
+        gains = []
+        q = [1 / m] * m
+        for t in range(1, 5):
+            if name == "ftrl":
+                # the FSQ step at r = m: variance proxy 1/4 per round, cap 1
+                eta = min(c_q * math.sqrt(math.log(m) / (t / 4)), 1.0)
+                q = _softmax([eta * sum(g[i] for g in gains) for i in range(m)])
+            losses = opt.round(_ToySampler())
+            ref = torch.tensor([a[i] * w + C[i].item() for i in range(m)], dtype=torch.float64)
+            torch.testing.assert_close(losses, ref)
+            gains.append(losses.tolist())
+            grad = sum(q[i] * a[i] for i in range(m))
+            step = c_th / math.sqrt(T) if name == "horizon" else c_th / math.sqrt(t)
+            w = w - step * grad
+            assert opt.param_groups[0]["params"][0].item() == pytest.approx(w, abs=1e-12)
+            if name == "md":  # q_{t+1} = softmax(sum_{j<=t} eta_j l_j)
+                q = _softmax(
+                    [
+                        sum(c_q * math.sqrt(math.log(m) / j) * g[i] for j, g in enumerate(gains, 1))
+                        for i in range(m)
+                    ]
+                )
+            elif name == "horizon":
+                eta = c_q * math.sqrt(math.log(m) / T)
+                q = _softmax([eta * sum(g[i] for g in gains) for i in range(m)])
+            if name != "ftrl":
+                torch.testing.assert_close(opt.q, torch.tensor(q, dtype=opt.q.dtype))
+    w = torch.tensor([0.5], requires_grad=True)
+    with pytest.raises(ValueError, match="q_update"):
+        SMDFullInfo([w], _toy_loss, m, lr_theta=0.4, q_update="hedge")
+    with pytest.raises(ValueError, match="theta_update"):
+        SMDFullInfo([w], _toy_loss, m, lr_theta=0.4, theta_update="ftrl")
+    with pytest.raises(ValueError, match="horizon"):
+        SMDFullInfo([w], _toy_loss, m, lr_theta=0.4, horizon=0)
+
+
+def test_adaptive_q_step_by_hand():
+    """q_step="adaptive" over a mixed schedule, recomputed from the played rounds: eta_t =
+    min(c sqrt(log m / (1 + X_{t-1})), caps), X the summed q-variances of the estimates;
+    gamma, pi, the second-order sum A_t and the in-expectation bound's q part."""
+    from gdro_fsq.sampling import inclusion_probabilities
+
+    m, c_q = 6, 0.9
+    prob = make_grouped_logistic(m, 3, 20, radius=2.0, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    opt = GDROFSQ(
+        [w], prob.loss_fn, m, radius=2.0, grad_bound=prob.grad_bound, lr_q=c_q, generator=gen
+    )
+    s = prob.sampler(gen)
+    x_sum, a_sum, v_sum, cap = 0.0, 0.0, 0.0, 1.0
+    est_sum = [0.0] * m
+    for r in (2, 5, 1, 6, 3, 6, 2, 4):
+        cap = min(cap, 1.0 if r == m else r / (2 * m))
+        eta = min(c_q * math.sqrt(math.log(m) / (1.0 + x_sum)), cap)
+        q = _softmax([eta * e for e in est_sum])
+        gamma = eta * m / r
+        assert gamma <= 0.5 + 1e-12
+        plan = opt.plan(r)
+        assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
+        torch.testing.assert_close(opt.q, torch.tensor(q, dtype=torch.float64))
+        pi = inclusion_probabilities(torch.tensor(q, dtype=torch.float64), r, gamma)
+        torch.testing.assert_close(plan.pi, pi)
+        assert bool((plan.pi >= eta - 1e-12).all())  # so eta * estimate <= 1
+        losses = opt.step(lambda p=plan: prob.loss_fn([w], s.sample(p.groups))).tolist()
+        est = [0.0] * m
+        for k, i in enumerate(plan.groups.tolist()):
+            est[i] = losses[k] / float(pi[i])
+        mean = sum(qi * e for qi, e in zip(q, est, strict=True))
+        var = sum(qi * (e - mean) ** 2 for qi, e in zip(q, est, strict=True))
+        x_sum += var
+        a_sum += eta * var
+        v_sum += m / r - 0.75
+        est_sum = [a + b for a, b in zip(est_sum, est, strict=True)]
+    assert opt.game["var_obs"] == pytest.approx(x_sum, rel=1e-10)
+    assert opt.game["second_moment_sum"] == pytest.approx(a_sum, rel=1e-10)
+    assert opt.game["var_sum"] == pytest.approx(v_sum, rel=1e-12)
+    # the bound: 2/t [R^2 sqrt(K)/(2 c_theta) + c_theta G^2 sqrt(K) + q part], R = 2D, with the
+    # q part (1/c + 2 sqrt2 c) sqrt((1 + V) log m) + 4 log2(1 + V) + log m / cap
+    k, c_th, g = opt.game["kappa_sq_sum"], opt.param_groups[0]["lr_theta"], prob.grad_bound
+    theta_part = 16 * math.sqrt(k) / (2 * c_th) + c_th * g**2 * math.sqrt(k)
+    q_part = (1 / c_q + 2 * math.sqrt(2) * c_q) * math.sqrt((1 + v_sum) * math.log(m))
+    q_part += 4 * math.log2(1 + v_sum) + math.log(m) / cap
+    assert opt.bound() == pytest.approx(2 * (theta_part + q_part) / 8, rel=1e-12)

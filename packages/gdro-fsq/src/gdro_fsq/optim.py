@@ -72,11 +72,19 @@ __all__ = [
     "importance_weighted_losses",
     "ix_cost_estimates",
     "q_step_size",
+    "variance_proxy",
 ]
 
 LossFn = Callable[[Any, Any], Tensor]
 THETA_UPDATES = ("ftrl-prox", "ftrl", "sgd")
 ESTIMATORS = ("iw", "ix")
+#: player 2's per-round variance proxy at :math:`r = m` (:func:`variance_proxy`) and its step
+#: cap there (:meth:`GDROFSQ._step_cap`); :class:`SMDFullInfo` with ``q_update="ftrl"`` uses them.
+FULL_INFO_VAR = 0.25
+FULL_INFO_CAP = 1.0
+#: the prior variance :math:`v_0` of the adaptive ``q`` step (``q_step="adaptive"``).
+ADAPTIVE_V0 = 1.0
+Q_STEPS = ("bound", "adaptive")
 
 
 class Query(NamedTuple):
@@ -99,6 +107,23 @@ def q_step_size(scale: float, n_groups: int, var_sum: float) -> float:
         True
     """
     return scale * math.sqrt(math.log(n_groups) / var_sum)
+
+
+def variance_proxy(n_groups: int, r: int) -> float:
+    r"""Player 2's per-round variance proxy :math:`v(r) = m/r - 3/4`.
+
+    A bound on the mean of the centred second moment :math:`\sum_i q_i(\hat\ell_i - 1/2)^2`
+    of the importance-weighted gains :math:`\hat\ell_i = \ell_i\mathbb 1[i\in S]/\pi_i`,
+    :math:`\ell \in [0, 1]^m`: its mean is :math:`\sum_i q_i\ell_i(\ell_i/\pi_i - 1) + 1/4
+    \le \sum_i q_i/\pi_i - 3/4 \le m/r - 3/4` (README, "The centred second moment"). At
+    :math:`r = m` it is :math:`1/4` (:data:`FULL_INFO_VAR`), a quarter of the uncentred
+    :math:`m/r`.
+
+    Example:
+        >>> variance_proxy(10, 10), variance_proxy(10, 2)
+        (0.25, 4.25)
+    """
+    return n_groups / r - 0.75
 
 
 def exploration_rate(eta: float, n_groups: int, r: int) -> float:
@@ -174,6 +199,7 @@ def fsq_bound(
     loss_bound: float = 1.0,
     lag: float = 0.0,
     q_cap: float = 1.0,
+    adaptive_v0: float | None = None,
 ) -> float:
     r"""The optimization-error bound tracked by :class:`GDROFSQ` after ``t`` rounds.
 
@@ -182,7 +208,7 @@ def fsq_bound(
         \varepsilon_t \le \frac{2}{t}\Big[\frac{R^2\sqrt{K_t + \lambda}}{2c_\theta}
         + c_\theta G^2\sqrt{K_t} + B\Big(\big(\tfrac{1}{c_q} + 2c_q\big)\sqrt{V_t\log m}
         + \frac{\log m}{\bar\eta}\Big)\Big],
-        \qquad V_t = \sum_{j\le t} \frac{m}{r_j},\quad K_t = \sum_{j\le t}\kappa_j^2,
+        \qquad V_t = \sum_{j\le t} v(r_j),\quad K_t = \sum_{j\le t}\kappa_j^2,
 
     with :math:`R` the range of the :math:`\theta` regulariser (``reg_radius``: :math:`2D` for
     the proximal FTRL and SGD, :math:`D + \|\theta_1\|` for FTRL anchored at
@@ -191,9 +217,14 @@ def fsq_bound(
     (:math:`\kappa = 1` at :math:`r = m`), :math:`\lambda` the look-ahead term of the anchored
     FTRL (``lag``; 0 otherwise), :math:`\eta^\theta = c_\theta/\sqrt{K}` and
     :math:`\eta^q_t = \min(c_q\sqrt{\log m/V_t}, \bar\eta)`, :math:`\bar\eta` (``q_cap``) the
-    smallest step cap of the rounds so far (README, "The math"). Since
-    :math:`1 \le \kappa_j \le 4` and :math:`m/r_j \ge 1` it is
-    :math:`O(\frac1t\sqrt{\sum_j (m/r_j)\log m})`.
+    smallest step cap of the rounds so far, :math:`v(r) = m/r - 3/4`
+    (:func:`variance_proxy`; ``var_sum`` is :math:`V_t`) (README, "The math"). Since
+    :math:`1 \le \kappa_j \le 4` and :math:`m/(4r_j) \le v(r_j) \le m/r_j` it is
+    :math:`O(\frac1t\sqrt{\sum_j (m/r_j)\log m})`. With ``adaptive_v0`` (the adaptive step
+    :math:`\eta_t = \min(c_q\sqrt{\log m/(v_0 + X_{t-1})}, \bar\eta_t)` on the observed
+    variances :math:`X`) the ``q`` part is :math:`B\big((\tfrac1{c_q} + 2\sqrt2 c_q)
+    \sqrt{(v_0 + V_t)\log m} + 4\log_2(1 + V_t/v_0) + \log m/\bar\eta\big)` (README,
+    "Adaptive q step").
 
     Example:
         >>> kw = dict(kappa_sq_sum=100.0, reg_radius=2, grad_bound=1, lr_theta=1.4, lr_q=1.0)
@@ -205,10 +236,14 @@ def fsq_bound(
     theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
         2 * lr_theta
     ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
-    q = loss_bound * (
-        (1 / lr_q + 2 * lr_q) * math.sqrt(var_sum * math.log(n_groups)) + math.log(n_groups) / q_cap
-    )
-    return 2 * (theta + q) / t
+    log_m = math.log(n_groups)
+    if adaptive_v0 is None:
+        q = (1 / lr_q + 2 * lr_q) * math.sqrt(var_sum * log_m)
+    else:
+        q = (1 / lr_q + 2 * math.sqrt(2) * lr_q) * math.sqrt(
+            (adaptive_v0 + var_sum) * log_m
+        ) + 4 * math.log2(1 + var_sum / adaptive_v0)
+    return 2 * (theta + loss_bound * (q + log_m / q_cap)) / t
 
 
 #: the grid of Freedman parameters :math:`\lambda_k = 2^{-k}` the high-probability bound
@@ -244,7 +279,8 @@ def fsq_bound_hp(
         \Big)\Big]
 
     with :math:`N_t = G^2\sum_{j\le t}(\kappa_j+1)^2` (``noise_sq_sum``), :math:`A_t =
-    \sum_j\eta_j\sum_i q_{j,i}\hat\ell_{j,i}^2` (``second_moment_sum``, observed),
+    \sum_j\eta_j\operatorname{Var}_{q_j}(\hat\ell_j)` (``second_moment_sum``, observed;
+    :math:`\operatorname{Var}_q(x) = \langle q, x^2\rangle - \langle q, x\rangle^2`),
     :math:`W_{t,i} = \sum_j 1/\pi_{j,i}` (``inv_pi_sum``), :math:`\lambda_k = 2^{-k}`,
     :math:`k < k_{\max}` = :data:`HP_GRID`, :math:`\eta_t` the last ``q`` step (``eta_q``).
     Derivation: README, "High-probability bound". Every term is computable after round ``t``;
@@ -686,9 +722,13 @@ class GDROFSQ(GroupGame):
 
     Round :math:`t` with budget :math:`r_t`:
 
-    1. :math:`V_t = V_{t-1} + m/r_t`, :math:`\eta_t = \min(c_q\sqrt{\log m/V_t},
-       \bar\eta_t)`, :math:`\bar\eta_t = \min_{j\le t} \rho(r_j)`, :math:`\rho(r) = r/(2m)`
-       for :math:`r < m` and 1 for :math:`r = m`;
+    1. :math:`\eta_t = \min(c_q\sqrt{\log m/(v_0 + X_{t-1})}, \bar\eta_t)` with
+       :math:`X_t = \sum_{j\le t}\operatorname{Var}_{q_j}(\hat\ell_j)` the observed
+       variances (``q_step="adaptive"``, the default; :data:`ADAPTIVE_V0` = :math:`v_0`), or
+       :math:`\eta_t = \min(c_q\sqrt{\log m/V_t}, \bar\eta_t)`,
+       :math:`V_t = V_{t-1} + v(r_t)`, :math:`v(r) = m/r - 3/4` (``q_step="bound"``,
+       :func:`variance_proxy`); :math:`\bar\eta_t = \min_{j\le t} \rho(r_j)`,
+       :math:`\rho(r) = r/(2m)` for :math:`r < m` and 1 for :math:`r = m`;
        :math:`q_t = \operatorname{softmax}(\eta_t \hat L_{t-1})`,
        :math:`\gamma_t = \eta_t m/r_t \le 1/2` (so :math:`\pi_{t,i} \ge \eta_t` and
        :math:`\eta_t \hat\ell_{t,i} \le 1`);
@@ -711,8 +751,12 @@ class GDROFSQ(GroupGame):
         lr_theta: :math:`c_\theta` (default, when ``radius`` and ``grad_bound`` are given:
             :math:`R/(\sqrt2 G)`, the minimiser of the bound, with :math:`R = 2D` for
             ``ftrl-prox`` and ``sgd`` and :math:`R = D + \|\theta_1\|` for ``ftrl``).
-        lr_q: :math:`c_q` (default 1: the SMD step at :math:`r = m`; the bound's minimiser
-            :math:`1/\sqrt2` makes it 6% smaller).
+        lr_q: :math:`c_q` (default 1; the bound's minimiser is :math:`1/\sqrt2` for
+            ``q_step="bound"`` and :math:`2^{-3/4}` for ``"adaptive"``).
+        q_step: ``"adaptive"`` (default: self-confident tuning on the observed variances,
+            the worst-case rate with a data-dependent constant) or ``"bound"`` (the
+            worst-case schedule :math:`V_t`). ``estimator="ix"`` always uses the worst-case
+            schedule with :math:`m/r` (its analysis needs it). README, "Adaptive q step".
         grad_bound: :math:`G`, a bound on the per-sample gradient norm; with ``radius`` it
             enables :meth:`bound`.
         theta_update: ``"ftrl-prox"`` (default), ``"ftrl"`` or ``"sgd"`` (see
@@ -745,11 +789,17 @@ class GDROFSQ(GroupGame):
         theta_update: str = "ftrl-prox",
         explore: bool = True,
         estimator: str = "iw",
+        q_step: str = "adaptive",
         generator: torch.Generator | None = None,
     ) -> None:
         if estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        if q_step not in Q_STEPS:
+            raise ValueError(f"q_step must be one of {Q_STEPS}, got {q_step!r}")
+        if estimator == "ix":
+            q_step = "bound"  # the ix analysis uses the worst-case proxy m/r
         self.estimator = estimator
+        self.q_step = q_step
         self.grad_bound = _positive("grad_bound", grad_bound, allow_none=True)
         default_lr = lr_theta is None
         if default_lr and (radius is None or grad_bound is None):
@@ -784,6 +834,7 @@ class GDROFSQ(GroupGame):
         self.game["est_sum"] = torch.zeros(n_groups, dtype=torch.float64)
         # for the high-probability bound (fsq_bound_hp)
         self.game["second_moment_sum"] = 0.0
+        self.game["var_obs"] = 0.0  # X_t: the observed q-variances of the estimates
         self.game["inv_pi_sum"] = torch.zeros(n_groups, dtype=torch.float64)
         self.game["noise_sq_sum"] = 0.0
         self.game["eta_cap"] = 1.0
@@ -797,12 +848,16 @@ class GDROFSQ(GroupGame):
     def _step_cap(self, r: int) -> float:
         """The largest :math:`\\eta` a round of size ``r`` allows: ``r/(2m)`` (so that
         :math:`\\gamma \\le 1/2`), or 1 when ``r = m`` (every estimate is then at most 1)."""
-        return 1.0 if r == self.n_groups else r / (2 * self.n_groups)
+        return FULL_INFO_CAP if r == self.n_groups else r / (2 * self.n_groups)
 
     def _inclusion(self, r: int, t: int) -> Tensor:
         m = self.n_groups
-        var_sum = self.game["var_sum"] + m / r
-        eta = q_step_size(self.lr_q, m, var_sum)
+        if self.estimator == "ix":
+            eta = q_step_size(self.lr_q, m, self.game["var_sum"] + m / r)
+        elif self.q_step == "adaptive":
+            eta = q_step_size(self.lr_q, m, ADAPTIVE_V0 + self.game["var_obs"])
+        else:
+            eta = q_step_size(self.lr_q, m, self.game["var_sum"] + variance_proxy(m, r))
         if self.estimator == "ix":  # costs, no explicit exploration, implicit gamma = eta/2
             self.game["q"] = torch.softmax(-eta * self.game["est_sum"], dim=0)
             self.game["eta_q"] = eta
@@ -836,13 +891,17 @@ class GDROFSQ(GroupGame):
                 self.game["full_rounds"] += 1
         else:
             est = importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
-            self.game["second_moment_sum"] += float(self.game["eta_q"] * (q * est**2).sum())
+            # the q-variance of the estimates: min over shifts c >= 0 of <q, (est - c)^2>
+            var = max(0.0, float((q * est**2).sum()) - float((q * est).sum()) ** 2)
+            self.game["second_moment_sum"] += float(self.game["eta_q"]) * var
+            self.game["var_obs"] += var
             # (with ix, pi has no exploration floor and W is not used)
             self.game["inv_pi_sum"] = self.game["inv_pi_sum"] + 1.0 / query.pi.to(torch.float64)
         self.game["est_sum"] = self.game["est_sum"] + est
         kappa = max_weight_sum(q, query.pi, query.r)
         self.game["noise_sq_sum"] += (kappa + 1.0) ** 2 * (self.grad_bound or 0.0) ** 2
-        self.game["var_sum"] += self.n_groups / query.r
+        m, r = self.n_groups, query.r
+        self.game["var_sum"] += m / r if self.estimator == "ix" else variance_proxy(m, r)
         self.game["eta_cap"] = min(self.game["eta_cap"], self._step_cap(query.r))
 
     def _check_bound_ready(self) -> None:
@@ -869,6 +928,7 @@ class GDROFSQ(GroupGame):
             lag=self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
             # the ix variant has no step cap (its estimates are nonnegative costs)
             q_cap=math.inf if self.estimator == "ix" else self.game["eta_cap"],
+            adaptive_v0=ADAPTIVE_V0 if self.q_step == "adaptive" else None,
         )
 
     def bound_hp(self, delta: float = 0.1) -> float:
@@ -921,10 +981,27 @@ class OneSampleBandit(GDROFSQ):
 class SMDFullInfo(GroupGame):
     r"""Stochastic mirror descent with ``m`` samples per round (one per group).
 
+    Default (``q_update="md"``, ``theta_update="sgd"``):
     :math:`\theta_{t+1} = \Pi_\Theta(\theta_t - \eta^\theta_t\sum_i q_{t,i}\nabla\ell_i)`,
     :math:`q_{t+1} \propto q_t\, e^{\eta^q_t \ell_t / B}` (the entropic mirror step of
     :mod:`shared_core.mirror`), :math:`\eta^\theta_t = c_\theta/\sqrt t`,
-    :math:`\eta^q_t = c_q\sqrt{\log m / t}`.
+    :math:`\eta^q_t = c_q\sqrt{\log m / t}`. The mirror step with a decreasing step gives
+    :math:`q_{t+1} \propto \exp(\sum_{j\le t}\eta^q_j\ell_j/B)`: every past loss keeps the
+    larger step of its own round, an effective rate about twice the last step
+    (:math:`\sum_{j\le t}\eta^q_j \approx 2t\eta^q_t`).
+
+    Options (README, "Full information, step for step"):
+
+    * ``q_update="ftrl"``: :math:`q_t = \operatorname{softmax}(\eta^q_t\sum_{j<t}\ell_j/B)`,
+      :math:`\eta^q_t = \min(c_q\sqrt{\log m/(v_m t)},\ \rho_m)` with the full-information
+      variance proxy :math:`v_m` and cap :math:`\rho_m` of :class:`GDROFSQ`
+      (:data:`FULL_INFO_VAR`, :data:`FULL_INFO_CAP`): exponential weights with the anytime FTRL
+      step, which is what :class:`GDROFSQ` does at :math:`r_t = m`.
+    * ``theta_update="ftrl-prox"``: proximal FTRL for :math:`\theta` (as :class:`GDROFSQ`).
+      With both options the run is :class:`GDROFSQ` at :math:`r_t = m` step for step.
+    * ``horizon=T``: constant steps tuned to :math:`T` rounds (the form of Zhang et al.'s SMD),
+      :math:`\eta^\theta = c_\theta/\sqrt T`, :math:`\eta^q = c_q\sqrt{\log m/T}` (mirror and
+      FTRL steps then coincide; no cap).
     """
 
     def __init__(
@@ -938,22 +1015,37 @@ class SMDFullInfo(GroupGame):
         radius: float | None = None,
         loss_bound: float = 1.0,
         model: Any = None,
+        q_update: str = "md",
+        theta_update: str = "sgd",
+        horizon: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
+        if q_update not in ("md", "ftrl"):
+            raise ValueError(f"q_update must be 'md' or 'ftrl', got {q_update!r}")
+        if theta_update not in ("sgd", "ftrl-prox"):
+            raise ValueError(f"theta_update must be 'sgd' or 'ftrl-prox', got {theta_update!r}")
+        if horizon is not None and (
+            isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1
+        ):
+            raise ValueError(f"horizon must be a positive integer or None, got {horizon!r}")
+        lr = _positive("lr_theta", lr_theta)
         super().__init__(
             params,
             loss_fn,
             n_groups,
-            lr_theta,
+            lr if horizon is None else lr / math.sqrt(horizon),
             model=model,
             loss_bound=loss_bound,
             radius=radius,
-            theta_update="sgd",
-            theta_decay=True,
+            theta_update=theta_update,
+            theta_decay=horizon is None,
             generator=generator,
         )
         self.lr_q = _positive("lr_q", lr_q)
+        self.q_update = q_update
+        self.horizon = horizon
         self._mirror = get_mirror("entropy")
+        self.game["gain_sum"] = torch.zeros(n_groups, dtype=torch.float64)
 
     def _check_r(self, r: int) -> int:
         if check_sample_size(r, self.n_groups) != self.n_groups:
@@ -964,17 +1056,28 @@ class SMDFullInfo(GroupGame):
         """One round with one sample from every group."""
         return super().round(sampler, self.n_groups if r is None else r)
 
+    def _q_step(self, t: int) -> float:
+        m = self.n_groups
+        if self.horizon is not None:
+            return q_step_size(self.lr_q, m, float(self.horizon))
+        if self.q_update == "md":
+            return q_step_size(self.lr_q, m, float(t))
+        return min(q_step_size(self.lr_q, m, FULL_INFO_VAR * t), FULL_INFO_CAP)
+
     def _inclusion(self, r: int, t: int) -> Tensor:
+        if self.q_update == "ftrl":
+            self.game["q"] = torch.softmax(self._q_step(t) * self.game["gain_sum"], dim=0)
         return torch.ones(self.n_groups, dtype=torch.float64)
 
     def _theta_weights(self, query: Query) -> Tensor:
         return self.game["q"][query.groups]
 
     def _update_q(self, scaled: Tensor, query: Query, t: int) -> None:
-        eta = q_step_size(self.lr_q, self.n_groups, float(t))
         gain = torch.zeros(self.n_groups, dtype=torch.float64)
         gain[query.groups] = scaled
-        self.game["q"] = self._mirror.step(self.game["q"], -gain, eta)
+        self.game["gain_sum"] = self.game["gain_sum"] + gain
+        if self.q_update == "md":
+            self.game["q"] = self._mirror.step(self.game["q"], -gain, self._q_step(t))
 
 
 class SagawaGDRO(GroupGame):
