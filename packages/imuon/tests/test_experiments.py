@@ -47,6 +47,25 @@ def test_subspace_pieces():
     assert subspace.eigensolver(u, xs, [40])[0] < start
 
 
+def test_subspace_sweep_averages_streams_and_picks_the_rate_by_the_mean():
+    streams = [subspace.make_stream(9, 2, 30, 3, seed=s) for s in (3, 7)]
+    record = [10, 30]
+    grids = {"iMuon": [0.02, 0.2], "Riemannian SGD": [0.01, 0.3]}
+    res = subspace.sweep(grids, streams, record)
+    for name, lrs in grids.items():
+        # reference: every run recomputed directly, averaged by hand
+        runs = {lr: [subspace.run_one(name, lr, *st, record) for st in streams] for lr in lrs}
+        mean_final = {lr: (r[0][-1] + r[1][-1]) / 2 for lr, r in runs.items()}
+        assert mean_final[lrs[0]] != mean_final[lrs[1]]
+        best = min(lrs, key=mean_final.__getitem__)
+        assert res[name]["best_lr"] == best
+        assert res[name]["grid"] == pytest.approx(mean_final, rel=1e-12)
+        assert res[name]["per_stream"] == pytest.approx([r[-1] for r in runs[best]], rel=1e-12)
+        mean_curve = [(a + b) / 2 for a, b in zip(*runs[best], strict=True)]
+        assert res[name]["curve"] == pytest.approx(mean_curve, rel=1e-12)
+        assert res[name]["final"] == pytest.approx(mean_final[best], rel=1e-12)
+
+
 def test_image_training_runs_and_keeps_the_frame():
     data = image.load_digits_split(0)
     small = tuple(t[:300] for t in data)
