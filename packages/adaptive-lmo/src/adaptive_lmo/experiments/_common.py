@@ -384,20 +384,15 @@ def stats_ablation(res: SweepResult, metric: str) -> tuple[dict[str, Any], str]:
     with its 95% Student-t interval (for a loss, < 0 favours next-batch statistics; for an
     accuracy, > 0 does). Also the same-batch runs' final exponents.
     """
-    c = paired_log_ratio(res, "AdaptiveLMO", SAME_BATCH)
-    fin = final_exponents(res.runs[SAME_BATCH][res.best_lr[SAME_BATCH]])
-    metrics = {
-        "next_vs_same_batch_log_ratio_per_seed": c.per_seed,
-        "next_vs_same_batch_log_ratio_mean": c.mean,
-        "next_vs_same_batch_log_ratio_ci": [c.lo, c.hi],
-        **{f"same_batch_final_exponent[{k}]": v for k, v in fin.items()},
-    }
-    line = (
-        f"Next-batch (default) vs same-batch statistics (paired, not judged): log({metric} "
-        f"ratio) {c.mean:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}]; same-batch final exponents "
-        + ", ".join(f"{k}: {v:.2f}" for k, v in fin.items())
+    return _paired_ablation(
+        res,
+        SAME_BATCH,
+        metric,
+        key="next_vs_same_batch",
+        exponents_key="same_batch",
+        label="Next-batch (default) vs same-batch statistics",
+        exponents_label="same-batch",
     )
-    return metrics, line
 
 
 def curvature_ablation(res: SweepResult, metric: str) -> tuple[dict[str, Any], str]:
@@ -405,17 +400,40 @@ def curvature_ablation(res: SweepResult, metric: str) -> tuple[dict[str, Any], s
     with :data:`INPUT_CURV` (paired, as :func:`stats_ablation`), and the latter's final
     exponents.
     """
-    c = paired_log_ratio(res, "AdaptiveLMO", INPUT_CURV)
-    fin = final_exponents(res.runs[INPUT_CURV][res.best_lr[INPUT_CURV]])
+    return _paired_ablation(
+        res,
+        INPUT_CURV,
+        metric,
+        key="kfac_vs_input",
+        exponents_key="input_curvature",
+        label="K-FAC (default) vs input-only curvature",
+        exponents_label="input-curvature",
+    )
+
+
+def _paired_ablation(
+    res: SweepResult,
+    other: str,
+    metric: str,
+    *,
+    key: str,
+    exponents_key: str,
+    label: str,
+    exponents_label: str,
+) -> tuple[dict[str, Any], str]:
+    """Paired log ratio of "AdaptiveLMO" against the not-judged row ``other``, as metrics and
+    one summary line, with ``other``'s final exponents."""
+    c = paired_log_ratio(res, "AdaptiveLMO", other)
+    fin = final_exponents(res.runs[other][res.best_lr[other]])
     metrics = {
-        "kfac_vs_input_log_ratio_per_seed": c.per_seed,
-        "kfac_vs_input_log_ratio_mean": c.mean,
-        "kfac_vs_input_log_ratio_ci": [c.lo, c.hi],
-        **{f"input_curvature_final_exponent[{k}]": v for k, v in fin.items()},
+        f"{key}_log_ratio_per_seed": c.per_seed,
+        f"{key}_log_ratio_mean": c.mean,
+        f"{key}_log_ratio_ci": [c.lo, c.hi],
+        **{f"{exponents_key}_final_exponent[{k}]": v for k, v in fin.items()},
     }
     line = (
-        f"K-FAC (default) vs input-only curvature (paired, not judged): log({metric} ratio) "
-        f"{c.mean:+.4f} [{c.lo:+.4f}, {c.hi:+.4f}]; input-curvature final exponents "
+        f"{label} (paired, not judged): log({metric} ratio) {c.mean:+.4f} "
+        f"[{c.lo:+.4f}, {c.hi:+.4f}]; {exponents_label} final exponents "
         + ", ".join(f"{k}: {v:.2f}" for k, v in fin.items())
     )
     return metrics, line
