@@ -8,9 +8,13 @@ import torch
 from gdro_fsq.optim import GDROFSQ, fsq_bound_hp
 from gdro_fsq.oracle import gdro_optimum, make_grouped_logistic
 from gdro_fsq.sampling import max_weight_sum
+from gdro_fsq.schedules import RandomSize
 
 
 def _run(prob, seed, rounds, r):
+    """Play ``rounds`` rounds (``r``: a size or a function of the round) and recompute the
+    tracked sums by hand, with the round weights c_t (README, "Round weights")."""
+    size = r if callable(r) else (lambda t, r=r: r)
     gen = torch.Generator().manual_seed(seed)
     w = torch.zeros(prob.dim, dtype=torch.float64, requires_grad=True)
     opt = GDROFSQ(
@@ -25,15 +29,16 @@ def _run(prob, seed, rounds, r):
     m = prob.n_groups
     a_sum, inv_pi, noise = 0.0, torch.zeros(m, dtype=torch.float64), 0.0
     dev = torch.zeros(m, dtype=torch.float64)
-    for _ in range(rounds):
+    for t in range(1, rounds + 1):
+        r = size(t)
         risks = prob.group_risks(w.detach())
         query = opt.plan(r)
-        q, eta = opt.q, opt.game["eta_q"]
+        q, eta, cw = opt.q, opt.game["eta_q"], opt.game["round_weight"]
         batch = sampler.sample(query.groups)
         losses = opt.step(lambda b=batch: prob.loss_fn([w], b)).double()
         est = torch.zeros(m, dtype=torch.float64)
         for k, i in enumerate(query.groups.tolist()):
-            est[i] = losses[k] / query.pi[i]
+            est[i] = cw * losses[k] / query.pi[i]
         # the q-variance of the estimates, computed as min_c <q, (est - c)^2> on a fine grid
         # of shifts refined around its minimiser (independent of the closed form)
         grid = torch.linspace(0, float(est.max()), 2001, dtype=torch.float64)
@@ -42,16 +47,20 @@ def _run(prob, seed, rounds, r):
         fine = torch.linspace(c0 - 1e-3 * float(est.max()), c0 + 1e-3 * float(est.max()), 2001)
         fine = fine.to(torch.float64).clamp(min=0)
         a_sum += eta * float(((est[None, :] - fine[:, None]) ** 2 * q[None, :]).sum(1).min())
-        inv_pi += 1.0 / query.pi
-        noise += (max_weight_sum(q, query.pi, r) + 1) ** 2 * prob.grad_bound**2
-        dev += risks - est
+        inv_pi += cw**2 / query.pi
+        noise += cw**2 * (max_weight_sum(q, query.pi, r) + 1) ** 2 * prob.grad_bound**2
+        dev += cw * risks - est
     return opt, a_sum, inv_pi, noise, dev
 
 
-@pytest.mark.parametrize("r", [1, 3, 6])
+@pytest.mark.parametrize("r", [1, 3, 6, "mixed"])
 def test_tracked_sums_by_hand(r):
-    prob = make_grouped_logistic(6, 3, 20, radius=2.0, seed=r)
-    opt, a_sum, inv_pi, noise, _ = _run(prob, seed=r, rounds=25, r=r)
+    seed = 7 if r == "mixed" else r
+    prob = make_grouped_logistic(6, 3, 20, radius=2.0, seed=seed)
+    size = RandomSize(1, 6, n_groups=6, seed=2) if r == "mixed" else r
+    opt, a_sum, inv_pi, noise, _ = _run(prob, seed=seed, rounds=25, r=size)
+    if r == "mixed":  # some rounds were down-weighted
+        assert opt.weight_sum < opt.t - 0.01
     assert opt.game["second_moment_sum"] == pytest.approx(a_sum, rel=1e-9)
     torch.testing.assert_close(opt.game["inv_pi_sum"], inv_pi, rtol=1e-12, atol=0)
     assert opt.game["noise_sq_sum"] == pytest.approx(noise, rel=1e-12)
@@ -91,7 +100,8 @@ def test_bound_formula_against_direct_evaluation():
 
 
 @pytest.mark.slow
-def test_monte_carlo_failure_rate_at_most_delta():
+@pytest.mark.parametrize("schedule", ["constant", "random"])
+def test_monte_carlo_failure_rate_at_most_delta(schedule):
     """Over many seeds the gap exceeds the bound in at most a delta fraction of the runs; the
     per-group underestimation term (the one Freedman's inequality controls) is checked on its
     own against its delta/4 share."""
@@ -99,9 +109,11 @@ def test_monte_carlo_failure_rate_at_most_delta():
     _, value = gdro_optimum(prob)
     delta, seeds, rounds = 0.1, 30, 150
     big = math.log(4 * prob.n_groups * 60 / delta)
-    over, over_dev = 0, 0
+    over, over_dev, weighted = 0, 0, 0
     for seed in range(seeds):
-        opt, _, inv_pi, _, dev = _run(prob, seed, rounds, r=2)
+        size = RandomSize(1, 5, n_groups=5, seed=seed) if schedule == "random" else 2
+        opt, _, inv_pi, _, dev = _run(prob, seed, rounds, r=size)
+        weighted += opt.weight_sum < opt.t - 1e-9  # some rounds were down-weighted
         gap = prob.max_risk(opt.averaged_params()[0]) - value
         over += gap > opt.bound_hp(delta)
         lam = torch.tensor([2.0**-k for k in range(60)], dtype=torch.float64)
@@ -109,3 +121,5 @@ def test_monte_carlo_failure_rate_at_most_delta():
         over_dev += bool((dev > dev_bound).any())
     assert over / seeds <= delta
     assert over_dev / seeds <= delta / 4
+    if schedule == "random":  # the round weights were exercised in most runs
+        assert weighted >= seeds // 2

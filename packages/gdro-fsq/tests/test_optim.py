@@ -1,6 +1,7 @@
 """The game's updates against hand computation, full information, baselines, conventions."""
 
 import copy
+import itertools
 import math
 
 import pytest
@@ -313,10 +314,13 @@ def test_proximal_ftrl_iterate_is_the_constrained_argmin():
     for t in range(1, 13):
         r = 1 + (3 * t) % 5
         plan = opt.plan(r)
+        # the round weight c_t (README, "Round weights"): 1 unless r is below the step's cap
+        cw = opt.game["round_weight"]
+        assert cw == pytest.approx(min(1.0, r / (2 * 5) / opt.game["eta_q"]), rel=1e-12)
         batch = s.sample(plan.groups)
-        kappas.append(float((opt.q / plan.pi).topk(r).values.sum()))
+        kappas.append(cw * float((opt.q / plan.pi).topk(r).values.sum()))
         th = iterates[-1].clone().requires_grad_(True)
-        weights = opt.q[plan.groups] / plan.probs
+        weights = cw * opt.q[plan.groups] / plan.probs
         (g,) = torch.autograd.grad((weights * prob.loss_fn([th], batch)).sum(), th)
         grads.append(g)
         opt.step(lambda b=batch: prob.loss_fn([w], b))
@@ -347,6 +351,7 @@ def test_proximal_ftrl_iterate_is_the_constrained_argmin():
     assert sum(abs(n - prob.radius) < 1e-9 for n in norms) >= 3  # the ball was active
     assert min(norms) < prob.radius - 0.05  # and inactive at times
     assert max(kappas) > 1.05  # rounds with r < m had weight sums above 1
+    assert min(kappas) < 0.99  # and some rounds were down-weighted
 
 
 # ---- bad input
@@ -536,8 +541,10 @@ def test_smd_options_by_hand():
 
 def test_adaptive_q_step_by_hand():
     """q_step="adaptive" over a mixed schedule, recomputed from the played rounds: eta_t =
-    min(c sqrt(log m / (1 + X_{t-1})), caps), X the summed q-variances of the estimates;
-    gamma, pi, the second-order sum A_t and the in-expectation bound's q part."""
+    min(c sqrt(log m / (1 + X_{t-1})), cap_t), cap_t = min_j rho(mean r_1..r_j), the round
+    weight c_t = min(1, rho(r_t)/eta_t), gamma = c_t eta_t m / r_t, the weighted estimates,
+    X and A_t on them, the weighted averages and the in-expectation bound's q part over
+    C_t = sum c_j (README, "Round weights")."""
     from gdro_fsq.sampling import inclusion_probabilities
 
     m, c_q = 6, 0.9
@@ -548,37 +555,110 @@ def test_adaptive_q_step_by_hand():
         [w], prob.loss_fn, m, radius=2.0, grad_bound=prob.grad_bound, lr_q=c_q, generator=gen
     )
     s = prob.sampler(gen)
-    x_sum, a_sum, v_sum, cap = 0.0, 0.0, 0.0, 1.0
+    x_sum, a_sum, v_sum, cap, c_sum, k_sum = 0.0, 0.0, 0.0, 1.0, 0.0, 0.0
     est_sum = [0.0] * m
-    for r in (2, 5, 1, 6, 3, 6, 2, 4):
-        cap = min(cap, 1.0 if r == m else r / (2 * m))
+    q_avg = torch.zeros(m, dtype=torch.float64)
+    th_avg = torch.zeros(3, dtype=torch.float64)
+    weights_seen = []
+    sizes = (2, 5, 1, 6, 3, 6, 2, 4, 1, 5)
+    for t, r in enumerate(sizes, start=1):
+        mean_r = sum(sizes[:t]) / t
+        cap = min(cap, 1.0 if mean_r >= m else mean_r / (2 * m))
         eta = min(c_q * math.sqrt(math.log(m) / (1.0 + x_sum)), cap)
+        rho = 1.0 if r == m else r / (2 * m)
+        cw = min(1.0, rho / eta)
+        weights_seen.append(cw)
         q = _softmax([eta * e for e in est_sum])
-        gamma = eta * m / r
+        gamma = cw * eta * m / r
         assert gamma <= 0.5 + 1e-12
+        theta_t = w.detach().clone()
         plan = opt.plan(r)
         assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
+        assert opt.game["round_weight"] == pytest.approx(cw, rel=1e-12)
         torch.testing.assert_close(opt.q, torch.tensor(q, dtype=torch.float64))
         pi = inclusion_probabilities(torch.tensor(q, dtype=torch.float64), r, gamma)
         torch.testing.assert_close(plan.pi, pi)
-        assert bool((plan.pi >= eta - 1e-12).all())  # so eta * estimate <= 1
+        assert bool((plan.pi >= cw * eta - 1e-12).all())  # so eta * c * estimate <= 1
+        # the weighted gradient c g has norm <= c kappa G: K sums (c kappa)^2
+        k_sum += (cw * float((torch.tensor(q, dtype=torch.float64) / pi).topk(r).values.sum())) ** 2
         losses = opt.step(lambda p=plan: prob.loss_fn([w], s.sample(p.groups))).tolist()
         est = [0.0] * m
         for k, i in enumerate(plan.groups.tolist()):
-            est[i] = losses[k] / float(pi[i])
+            est[i] = cw * losses[k] / float(pi[i])
+        assert max(eta * e for e in est) <= 1 + 1e-12
         mean = sum(qi * e for qi, e in zip(q, est, strict=True))
         var = sum(qi * (e - mean) ** 2 for qi, e in zip(q, est, strict=True))
         x_sum += var
         a_sum += eta * var
-        v_sum += m / r - 0.75
+        v_sum += cw**2 * (m / r - 0.75)
         est_sum = [a + b for a, b in zip(est_sum, est, strict=True)]
+        c_sum += cw
+        q_avg += cw * torch.tensor(q, dtype=torch.float64)
+        th_avg += cw * theta_t
+    assert min(weights_seen) < 1 and max(weights_seen) == 1  # both kinds of rounds occurred
+    assert opt.weight_sum == pytest.approx(c_sum, rel=1e-12)
+    torch.testing.assert_close(opt.averaged_q(), q_avg / c_sum)
+    torch.testing.assert_close(opt.averaged_params()[0], th_avg / c_sum)
     assert opt.game["var_obs"] == pytest.approx(x_sum, rel=1e-10)
     assert opt.game["second_moment_sum"] == pytest.approx(a_sum, rel=1e-10)
     assert opt.game["var_sum"] == pytest.approx(v_sum, rel=1e-12)
-    # the bound: 2/t [R^2 sqrt(K)/(2 c_theta) + c_theta G^2 sqrt(K) + q part], R = 2D, with the
+    assert opt.game["eta_cap"] == pytest.approx(cap, rel=1e-12)
+    assert opt.game["kappa_sq_sum"] == pytest.approx(k_sum, rel=1e-12)
+    # the bound: 2/C [R^2 sqrt(K)/(2 c_theta) + c_theta G^2 sqrt(K) + q part], R = 2D, with the
     # q part (1/c + 2 sqrt2 c) sqrt((1 + V) log m) + 4 log2(1 + V) + log m / cap
     k, c_th, g = opt.game["kappa_sq_sum"], opt.param_groups[0]["lr_theta"], prob.grad_bound
     theta_part = 16 * math.sqrt(k) / (2 * c_th) + c_th * g**2 * math.sqrt(k)
     q_part = (1 / c_q + 2 * math.sqrt(2) * c_q) * math.sqrt((1 + v_sum) * math.log(m))
     q_part += 4 * math.log2(1 + v_sum) + math.log(m) / cap
-    assert opt.bound() == pytest.approx(2 * (theta_part + q_part) / 8, rel=1e-12)
+    assert opt.bound() == pytest.approx(2 * (theta_part + q_part) / c_sum, rel=1e-12)
+
+
+@pytest.mark.parametrize("rule", ["mean", "min", "none"])
+def test_step_cap_rules_and_round_weights(rule):
+    """Each cap rule against its formula, round by round over a mixed schedule: cap_t
+    non-increasing, eta_t = min(c sqrt(log m/(1 + X_{t-1})), cap_t), c_t = min(1, rho(r_t)/eta_t)
+    (c_t = 1 throughout under "min"), every weighted estimate with eta c l/pi <= 1."""
+    m = 7
+    prob = make_grouped_logistic(m, 3, 20, radius=2.0, seed=11)
+    gen = torch.Generator().manual_seed(11)
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    opt = GDROFSQ(
+        [w], prob.loss_fn, m, radius=2.0, grad_bound=prob.grad_bound, step_cap=rule, generator=gen
+    )
+    s = prob.sampler(gen)
+
+    def rho(r):
+        return 1.0 if r >= m else r / (2 * m)
+
+    sizes = [4, 6, 1, 7, 2, 5, 1, 3, 7, 2, 6, 1]
+    cap, caps, cws = 1.0, [], []
+    for t, r in enumerate(sizes, start=1):
+        if rule == "mean":
+            cap = min(cap, rho(sum(sizes[:t]) / t))
+        elif rule == "min":
+            cap = min(cap, rho(r))
+        free = math.sqrt(math.log(m) / (1.0 + opt.game["var_obs"]))
+        eta = min(free, cap)
+        cw = min(1.0, rho(r) / eta)
+        plan = opt.plan(r)
+        assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
+        assert opt.game["round_weight"] == pytest.approx(cw, rel=1e-12)
+        assert bool((plan.pi >= cw * eta - 1e-12).all())
+        opt.step(lambda p=plan: prob.loss_fn([w], s.sample(p.groups)))
+        caps.append(cap)
+        cws.append(cw)
+    assert all(a >= b for a, b in itertools.pairwise(caps))
+    assert opt.weight_sum == pytest.approx(sum(cws), rel=1e-12)
+    if rule == "min":
+        assert cws == [1.0] * len(sizes) and caps[-1] == pytest.approx(1 / (2 * m))
+    else:
+        assert min(cws) < 1.0  # the rounds with r = 1 were down-weighted
+        assert caps[-1] > 1 / (2 * m)  # and did not cap the step for good
+    assert opt.bound() > 0 and opt.bound_hp(0.1) > 0
+
+
+def test_bad_step_cap():
+    prob = make_grouped_logistic(3, 2, 10, seed=0)
+    w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(ValueError, match="step_cap"):
+        GDROFSQ([w], prob.loss_fn, 3, radius=1.0, grad_bound=1.0, step_cap="median")

@@ -85,6 +85,10 @@ FULL_INFO_CAP = 1.0
 #: the prior variance :math:`v_0` of the adaptive ``q`` step (``q_step="adaptive"``).
 ADAPTIVE_V0 = 1.0
 Q_STEPS = ("bound", "adaptive")
+#: the rules for the non-increasing ``q`` step cap :math:`\bar\eta_t` of :class:`GDROFSQ`
+#: (README, "Round weights"): the cap of the running mean size (rounds below it
+#: down-weighted), of the smallest size so far (no down-weighting; the earlier rule), or none.
+STEP_CAPS = ("mean", "min", "none")
 
 
 class Query(NamedTuple):
@@ -187,7 +191,7 @@ def ix_cost_estimates(
 
 
 def fsq_bound(
-    t: int,
+    t: float,
     var_sum: float,
     n_groups: int,
     *,
@@ -210,7 +214,9 @@ def fsq_bound(
         + \frac{\log m}{\bar\eta}\Big)\Big],
         \qquad V_t = \sum_{j\le t} v(r_j),\quad K_t = \sum_{j\le t}\kappa_j^2,
 
-    with :math:`R` the range of the :math:`\theta` regulariser (``reg_radius``: :math:`2D` for
+    (``t``: the number of rounds, or :math:`C_t = \sum_j c_j` with round weights, README,
+    "Round weights"), with :math:`R` the range of the :math:`\theta` regulariser
+    (``reg_radius``: :math:`2D` for
     the proximal FTRL and SGD, :math:`D + \|\theta_1\|` for FTRL anchored at
     :math:`\theta_1`), :math:`G` the per-sample gradient bound, :math:`B` the loss bound,
     :math:`\kappa_j \le 2/(1-\gamma_j)` the bound on the round's importance-weight sum
@@ -231,8 +237,8 @@ def fsq_bound(
         >>> fsq_bound(100, 100 * 10.0, 10, **kw) > fsq_bound(100, 100 * 1.0, 10, **kw)
         True
     """
-    if t < 1:
-        raise ValueError(f"the bound needs t >= 1, got {t}")
+    if not t > 0:
+        raise ValueError(f"the bound needs t > 0, got {t}")
     theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
         2 * lr_theta
     ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
@@ -252,7 +258,7 @@ HP_GRID = 60
 
 
 def fsq_bound_hp(
-    t: int,
+    t: float,
     delta: float,
     *,
     kappa_sq_sum: float,
@@ -295,8 +301,8 @@ def fsq_bound_hp(
         >>> fsq_bound_hp(100, 0.01, **kw) > fsq_bound_hp(100, 0.1, **kw)
         True
     """
-    if t < 1:
-        raise ValueError(f"the bound needs t >= 1, got {t}")
+    if not t > 0:
+        raise ValueError(f"the bound needs t > 0, got {t}")
     if not (0 < delta < 1):
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     m = int(inv_pi_sum.numel())
@@ -381,8 +387,8 @@ def fsq_bound_hp_ix(
         >>> fsq_bound_hp_ix(100, 0.01, 5, **kw) > fsq_bound_hp_ix(100, 0.1, 5, **kw)
         True
     """
-    if t < 1:
-        raise ValueError(f"the bound needs t >= 1, got {t}")
+    if not t > 0:
+        raise ValueError(f"the bound needs t > 0, got {t}")
     if not (0 < delta < 1):
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     m = int(n_groups)
@@ -487,6 +493,9 @@ class GroupGame(Optimizer, abc.ABC):
             "q": torch.full((n_groups,), 1.0 / n_groups, dtype=torch.float64),
             "q_sum": torch.zeros(n_groups, dtype=torch.float64),
             "kappa_sq_sum": 0.0,
+            # round weights c_t (1 except where GDROFSQ down-weights a small round) and C_t
+            "round_weight": 1.0,
+            "weight_sum": 0.0,
         }
         if self.radius is not None:
             self._project_(self._params())
@@ -510,14 +519,25 @@ class GroupGame(Optimizer, abc.ABC):
         """The group weights of the latest planned (or last played) round."""
         return self.game["q"].clone()
 
+    @property
+    def weight_sum(self) -> float:
+        r""":math:`C_t = \sum_{j\le t} c_j`, the summed round weights (``t`` when every
+        :math:`c_j = 1`)."""
+        return float(self.game.get("weight_sum", self.t))
+
+    def _round_weight(self) -> float:
+        r"""The weight :math:`c_t \in (0, 1]` of the planned round (set by ``_inclusion``)."""
+        return float(self.game.get("round_weight", 1.0))
+
     def averaged_q(self) -> Tensor:
-        r""":math:`\bar q_t = \frac1t\sum_{j\le t} q_j` (uniform before the first round)."""
+        r""":math:`\bar q_t = \sum_{j\le t} c_j q_j / C_t` (uniform before the first round;
+        :math:`c_j = 1` except for :class:`GDROFSQ`'s down-weighted rounds)."""
         if self.t == 0:
             return self.q
-        return self.game["q_sum"] / self.t
+        return self.game["q_sum"] / self.weight_sum
 
     def averaged_params(self) -> list[Tensor]:
-        r""":math:`\bar\theta_t = \frac1t\sum_{j\le t}\theta_j`, one tensor per parameter."""
+        r""":math:`\bar\theta_t = \sum_{j\le t} c_j\theta_j / C_t`, one tensor per parameter."""
         out = []
         for p in self._params():
             avg = self.state[p].get("avg") if p in self.state else None
@@ -639,18 +659,20 @@ class GroupGame(Optimizer, abc.ABC):
         query = self._query
         if query is None:
             raise ValueError("call plan(r) before step(closure): no round is planned")
+        c = self._round_weight()
         with torch.enable_grad():
             losses = self._check_losses(closure(), query.r)
             params = [p for p in self._params() if p.requires_grad]
-            weights = self._theta_weights(query).to(losses.dtype)
+            weights = c * self._theta_weights(query).to(losses.dtype)
             objective = (weights * losses).sum()
             grads = torch.autograd.grad(objective, params, allow_unused=True)
         t = self.t + 1
-        kappa = self._kappa(query)
+        kappa = c * self._kappa(query)  # the weighted gradient c_t g_t has norm <= c_t kappa_t G
         k_prev = float(self.game["kappa_sq_sum"])
         self.game["kappa_sq_sum"] = k_prev + kappa**2
+        self.game["weight_sum"] = self.weight_sum + c
         self._update_theta(dict(zip(map(id, params), grads, strict=True)), t, k_prev)
-        self.game["q_sum"] = self.game["q_sum"] + self.game["q"]
+        self.game["q_sum"] = self.game["q_sum"] + c * self.game["q"]
         self._update_q(losses.detach().to(torch.float64) / self.loss_bound, query, t)
         self.game["t"] = t
         self.game["samples"] += query.r
@@ -692,7 +714,9 @@ class GroupGame(Optimizer, abc.ABC):
                         state["grad_sum"] = torch.zeros_like(p)
                     if self.theta_update == "ftrl-prox":
                         state["center_sum"] = torch.zeros_like(p)
-                state["avg"].add_(p.detach() - state["avg"], alpha=1.0 / t)
+                # weighted average: c_t / C_t (1/t when every weight is 1)
+                alpha = self._round_weight() / self.game["weight_sum"]
+                state["avg"].add_(p.detach() - state["avg"], alpha=alpha)
                 g = grads.get(id(p))
                 if g is None:
                     g = torch.zeros_like(p)
@@ -727,11 +751,14 @@ class GDROFSQ(GroupGame):
        variances (``q_step="adaptive"``, the default; :data:`ADAPTIVE_V0` = :math:`v_0`), or
        :math:`\eta_t = \min(c_q\sqrt{\log m/V_t}, \bar\eta_t)`,
        :math:`V_t = V_{t-1} + v(r_t)`, :math:`v(r) = m/r - 3/4` (``q_step="bound"``,
-       :func:`variance_proxy`); :math:`\bar\eta_t = \min_{j\le t} \rho(r_j)`,
+       :func:`variance_proxy`); :math:`\bar\eta_t = \min_{j\le t} \rho(\bar r_j)`,
+       :math:`\bar r_j` the running mean size (``step_cap``),
        :math:`\rho(r) = r/(2m)` for :math:`r < m` and 1 for :math:`r = m`;
-       :math:`q_t = \operatorname{softmax}(\eta_t \hat L_{t-1})`,
-       :math:`\gamma_t = \eta_t m/r_t \le 1/2` (so :math:`\pi_{t,i} \ge \eta_t` and
-       :math:`\eta_t \hat\ell_{t,i} \le 1`);
+       :math:`q_t = \operatorname{softmax}(\eta_t \hat L_{t-1})`; the round weight
+       :math:`c_t = \min(1, \rho(r_t)/\eta_t)` (1 for a constant :math:`r`),
+       :math:`\gamma_t = c_t\eta_t m/r_t \le 1/2` (so :math:`\pi_{t,i} \ge c_t\eta_t` and
+       :math:`\eta_t c_t\hat\ell_{t,i} \le 1`); the round's estimates and gradient are
+       multiplied by :math:`c_t` and the averages weighted by it (README, "Round weights");
     2. query :math:`S_t`, :math:`|S_t| = r_t`, with marginals
        :math:`\pi_t = (1-\gamma_t)a(q_t, r_t) + \gamma_t r_t/m`;
     3. :math:`\theta`: stochastic gradient :math:`g_t = \sum_{i\in S_t} (q_{t,i}/\pi_{t,i})
@@ -772,6 +799,14 @@ class GDROFSQ(GroupGame):
             :math:`\gamma_t = \eta_t/2` for :math:`r_t < m` and 0 for :math:`r_t = m`;
             its :meth:`bound_hp` (:func:`fsq_bound_hp_ix`) has the :math:`\sqrt t` rate for
             every :math:`r` (README, "Implicit exploration").
+        step_cap: the non-increasing cap :math:`\bar\eta_t` on the ``q`` step (README,
+            "Round weights"): ``"mean"`` (default) :math:`\min_{j\le t}\rho(\bar r_j)`,
+            :math:`\bar r_j` the running mean size; ``"min"`` :math:`\min_{j\le t}\rho(r_j)`
+            (the earlier rule: one small round caps the step for good); ``"none"``: no cap
+            beyond :math:`\eta \le 1`. A round with :math:`\rho(r_t) < \eta_t` gets the weight
+            :math:`c_t = \rho(r_t)/\eta_t` (its gains, its gradient and its share of the
+            averages), which keeps :math:`c_t\eta_t\hat\ell \le 1`; with ``"min"`` every
+            :math:`c_t = 1`.
     """
 
     def __init__(
@@ -790,8 +825,12 @@ class GDROFSQ(GroupGame):
         explore: bool = True,
         estimator: str = "iw",
         q_step: str = "adaptive",
+        step_cap: str = "mean",
         generator: torch.Generator | None = None,
     ) -> None:
+        if step_cap not in STEP_CAPS:
+            raise ValueError(f"step_cap must be one of {STEP_CAPS}, got {step_cap!r}")
+        self.step_cap = step_cap
         if estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
         if q_step not in Q_STEPS:
@@ -845,10 +884,23 @@ class GDROFSQ(GroupGame):
         self.game["gamma_min"] = math.inf
         self.game["full_rounds"] = 0
 
-    def _step_cap(self, r: int) -> float:
+    def _step_cap(self, r: float) -> float:
         """The largest :math:`\\eta` a round of size ``r`` allows: ``r/(2m)`` (so that
-        :math:`\\gamma \\le 1/2`), or 1 when ``r = m`` (every estimate is then at most 1)."""
-        return FULL_INFO_CAP if r == self.n_groups else r / (2 * self.n_groups)
+        :math:`\\gamma \\le 1/2`), or 1 when ``r = m`` (every estimate is then at most 1).
+        Also used at the running mean size :math:`\\bar r_t` (not an integer in general)."""
+        return FULL_INFO_CAP if r >= self.n_groups else r / (2 * self.n_groups)
+
+    def _history_cap(self, r: int) -> float:
+        r"""The step cap :math:`\bar\eta_t = \min_{j\le t}\rho(\bar r_j)` of round ``t``,
+        :math:`\bar r_j = \frac1j\sum_{i\le j} r_i` the running mean size (this round's ``r``
+        included): non-increasing in ``t``, :math:`\rho(r)` for a constant ``r``, and not
+        pulled down for good by one small round (README, "Round weights")."""
+        if self.step_cap == "none":
+            return FULL_INFO_CAP
+        if self.step_cap == "min":
+            return min(self.game["eta_cap"], self._step_cap(r))
+        mean_r = (self.samples + r) / (self.t + 1)
+        return min(self.game["eta_cap"], self._step_cap(mean_r))
 
     def _inclusion(self, r: int, t: int) -> Tensor:
         m = self.n_groups
@@ -863,11 +915,14 @@ class GDROFSQ(GroupGame):
             self.game["eta_q"] = eta
             self.game["gamma"] = eta / 2 if r < m else 0.0
             return inclusion_probabilities(self.game["q"], r, 0.0)
+        c = 1.0
         if self.explore:
-            eta = min(eta, self.game["eta_cap"], self._step_cap(r))
+            eta = min(eta, self._history_cap(r))
+            # a round smaller than the step allows is down-weighted: c * eta <= rho(r)
+            c = min(1.0, self._step_cap(r) / eta)
         self.game["q"] = torch.softmax(eta * self.game["est_sum"], dim=0)
-        gamma = exploration_rate(eta, m, r) if self.explore else 0.0
-        self.game["eta_q"], self.game["gamma"] = eta, gamma
+        gamma = exploration_rate(c * eta, m, r) if self.explore else 0.0
+        self.game["eta_q"], self.game["gamma"], self.game["round_weight"] = eta, gamma, c
         return inclusion_probabilities(self.game["q"], r, gamma)
 
     def _kappa(self, query: Query) -> float:
@@ -890,19 +945,24 @@ class GDROFSQ(GroupGame):
             else:
                 self.game["full_rounds"] += 1
         else:
-            est = importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
+            # the round's weighted gains c_t * l_hat_t (c_t = 1 unless the round is down-weighted)
+            c = self._round_weight()
+            est = c * importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
             # the q-variance of the estimates: min over shifts c >= 0 of <q, (est - c)^2>
             var = max(0.0, float((q * est**2).sum()) - float((q * est).sum()) ** 2)
             self.game["second_moment_sum"] += float(self.game["eta_q"]) * var
             self.game["var_obs"] += var
             # (with ix, pi has no exploration floor and W is not used)
-            self.game["inv_pi_sum"] = self.game["inv_pi_sum"] + 1.0 / query.pi.to(torch.float64)
+            self.game["inv_pi_sum"] = self.game["inv_pi_sum"] + c**2 / query.pi.to(torch.float64)
+        c = self._round_weight()
         self.game["est_sum"] = self.game["est_sum"] + est
         kappa = max_weight_sum(q, query.pi, query.r)
-        self.game["noise_sq_sum"] += (kappa + 1.0) ** 2 * (self.grad_bound or 0.0) ** 2
+        self.game["noise_sq_sum"] += c**2 * (kappa + 1.0) ** 2 * (self.grad_bound or 0.0) ** 2
         m, r = self.n_groups, query.r
-        self.game["var_sum"] += m / r if self.estimator == "ix" else variance_proxy(m, r)
-        self.game["eta_cap"] = min(self.game["eta_cap"], self._step_cap(query.r))
+        self.game["var_sum"] += m / r if self.estimator == "ix" else c**2 * variance_proxy(m, r)
+        if self.estimator == "iw":
+            # the cap of this round (samples and t still exclude it here)
+            self.game["eta_cap"] = self._history_cap(r)
 
     def _check_bound_ready(self) -> None:
         if self.radius is None or self.grad_bound is None:
@@ -916,7 +976,7 @@ class GDROFSQ(GroupGame):
         """:func:`fsq_bound` at the current round (needs ``radius`` and ``grad_bound``)."""
         self._check_bound_ready()
         return fsq_bound(
-            self.t,
+            self.weight_sum,
             self.game["var_sum"],
             self.n_groups,
             kappa_sq_sum=self.game["kappa_sq_sum"],
@@ -957,7 +1017,7 @@ class GDROFSQ(GroupGame):
                 full_rounds=self.game["full_rounds"],
                 **common,
             )
-        return fsq_bound_hp(self.t, delta, inv_pi_sum=self.game["inv_pi_sum"], **common)
+        return fsq_bound_hp(self.weight_sum, delta, inv_pi_sum=self.game["inv_pi_sum"], **common)
 
 
 class OneSampleBandit(GDROFSQ):
