@@ -9,15 +9,19 @@ the real one-step decrease on an exponent grid. Cited in the README ("Output-sid
     python packages/adaptive-lmo/probes/output_factor_variants.py [n_seeds] [out.pt]
 """
 
-import copy
 import math
 import sys
 
 import torch
 import torch.nn.functional as F
 
-from adaptive_lmo.experiments._common import build_optimizer, seed_everything
-from adaptive_lmo.experiments.lm import TinyLM, _real_decrease, config, lm_loss, make_corpus
+from adaptive_lmo.experiments.lm import (
+    _real_decrease,
+    checkpoint_directions,
+    config,
+    lm_loss,
+    make_corpus,
+)
 from adaptive_lmo.fractional import fractional_update, svd_factors
 
 torch.set_num_threads(1)
@@ -70,29 +74,10 @@ def collect(model, xb, yb, names, sample=False, gen=None):
 rows = []
 for seed in range(int(sys.argv[1]) if len(sys.argv) > 1 else 1):
     for t_stop in (20, 60, 110):
-        seed_everything(seed)
-        torch.manual_seed(1000 + seed)
-        model = TinyLM(cfg["V"], cfg["T"], cfg["d"], cfg["layers"])
-        opt = build_optimizer("AdaptiveLMO", model, 0.0548, curvature="input")
-        gen = torch.Generator().manual_seed(10_000 + seed)
-        batches = [
-            torch.randint(0, X.shape[0], (cfg["batch"],), generator=gen) for _ in range(t_stop + 2)
-        ]
-        for idx in batches[: t_stop + 1]:
-            opt.zero_grad()
-            lm_loss(model(X[idx]), Y[idx]).backward()
-            if idx is not batches[t_stop]:
-                opt.step()
-        group = next(g for g in opt.param_groups if g["algorithm"] == "lmo")
-        names = {id(p): n for n, p in model.named_parameters()}
-        ref = copy.deepcopy(model).double()
-        ref_p = dict(ref.named_parameters())
-        mu = group["momentum"]
-        Ps = {}
-        for p in group["params"]:
-            g64 = p.grad.double()
-            B = opt.state[p]["momentum_buffer"].double() * mu + g64
-            Ps[names[id(p)]] = g64 + mu * B
+        # the probe was written when the input-only criterion was the default
+        model, opt, batches, ref, ref_p, Ps = checkpoint_directions(
+            cfg, X, Y, seed, t_stop, 0.0548, curvature="input"
+        )
         lnames = list(Ps)
         nb = batches[t_stop + 1]
         emp = collect(ref, X[nb], Y[nb], lnames)

@@ -325,10 +325,7 @@ def one_step_check(
     Example: ``python -c "from adaptive_lmo.experiments.lm import one_step_check as f;
     [print(r) for r in f()]"``
     """
-    import copy
-
     from ..fractional import fractional_update, svd_factors
-    from ._common import build_optimizer, seed_everything
 
     if any(t < 10 or t % 10 for t in at):
         raise ValueError(f"at must hold multiples of update_every=10, got {at}")
@@ -340,31 +337,10 @@ def one_step_check(
     X, Y = data["train"]
     rows: list[dict[str, Any]] = []
     for seed, t_stop in ((s, t) for s in range(seeds) for t in at):
-        seed_everything(seed)
-        torch.manual_seed(1000 + seed)
-        model = TinyLM(cfg["V"], cfg["T"], cfg["d"], cfg["layers"])
-        opt = build_optimizer("AdaptiveLMO", model, lr, curvature=curvature)
-        gen = torch.Generator().manual_seed(10_000 + seed)
-        batches = [
-            torch.randint(0, X.shape[0], (cfg["batch"],), generator=gen) for _ in range(t_stop + 2)
-        ]
-        for idx in batches[: t_stop + 1]:
-            opt.zero_grad()
-            lm_loss(model(X[idx]), Y[idx]).backward()
-            if idx is not batches[t_stop]:
-                opt.step()
-        # model at W with step t + 1's gradient: a float64 copy for the real decreases
-        group = next(g for g in opt.param_groups if g["algorithm"] == "lmo")
-        names = {id(p): n for n, p in model.named_parameters()}
-        ref = copy.deepcopy(model).double()
-        ref_p = dict(ref.named_parameters())
-        mu = group["momentum"]
+        model, opt, batches, ref, ref_p, Ps = checkpoint_directions(
+            cfg, X, Y, seed, t_stop, lr, curvature
+        )
         found: dict[str, dict[float, tuple[float, int]]] = {}
-        Ps = {}
-        for p in group["params"]:
-            g64 = p.grad.double()
-            B = opt.state[p]["momentum_buffer"].double() * mu + g64
-            Ps[names[id(p)]] = g64 + mu * B if group["nesterov"] else B
         # the optimizer's own choice for these directions
         opt.step()  # step t + 1: keeps the factors
         idx = batches[t_stop + 1]
@@ -401,6 +377,46 @@ def one_step_check(
                 }
             )
     return rows
+
+
+def checkpoint_directions(cfg: dict, X, Y, seed: int, t_stop: int, lr: float, curvature=None):
+    """AdaptiveLMO trained ``t_stop`` steps on the quick ``lm`` stream of ``seed``, holding step
+    ``t_stop + 1``'s gradient (not yet stepped).
+
+    Returns ``(model, opt, batches, ref, ref_p, Ps)``: ``batches`` the minibatch indices of steps
+    1 .. ``t_stop + 2``, ``ref`` a float64 copy of the model with its named parameters
+    ``ref_p``, and ``Ps`` the float64 direction (momentum, Nesterov if the group uses it) step
+    ``t_stop + 1`` would take, per matrix name. Shared by :func:`one_step_check` and the probes.
+    """
+    import copy
+
+    from ._common import build_optimizer, seed_everything
+
+    seed_everything(seed)
+    torch.manual_seed(1000 + seed)
+    model = TinyLM(cfg["V"], cfg["T"], cfg["d"], cfg["layers"])
+    opt = build_optimizer("AdaptiveLMO", model, lr, curvature=curvature)
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    batches = [
+        torch.randint(0, X.shape[0], (cfg["batch"],), generator=gen) for _ in range(t_stop + 2)
+    ]
+    for idx in batches[: t_stop + 1]:
+        opt.zero_grad()
+        lm_loss(model(X[idx]), Y[idx]).backward()
+        if idx is not batches[t_stop]:
+            opt.step()
+    # model at W with step t + 1's gradient: a float64 copy for the real decreases
+    group = next(g for g in opt.param_groups if g["algorithm"] == "lmo")
+    names = {id(p): n for n, p in model.named_parameters()}
+    ref = copy.deepcopy(model).double()
+    ref_p = dict(ref.named_parameters())
+    mu = group["momentum"]
+    Ps = {}
+    for p in group["params"]:
+        g64 = p.grad.double()
+        B = opt.state[p]["momentum_buffer"].double() * mu + g64
+        Ps[names[id(p)]] = g64 + mu * B if group["nesterov"] else B
+    return model, opt, batches, ref, ref_p, Ps
 
 
 def main(argv: list[str] | None = None) -> int:
