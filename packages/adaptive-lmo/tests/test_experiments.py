@@ -41,13 +41,28 @@ def test_teacher_student_tiny(tmp_path, monkeypatch):
     assert [r["optimizer"] for r in res.table] == list(grid)
     assert all(math.isfinite(m[f"test_mse_mean[{o}]"]) for o in grid)
     assert m["alone_best_a[A]"] in (0.0, 1.0) and m["alone_best_a[B]"] in (0.0, 1.0)
-    assert m["meaningful"] == (m["alone_best_a_gap"] >= ts.MEANINGFUL_GAP)
+    assert m["alone_best_a_gap"] == abs(m["alone_best_a[A]"] - m["alone_best_a[B]"])
+    # the precondition is the stated paired rule applied to the reported corner intervals
+    ca, cb = m["alone_corner_log_ratio[A: a=0 vs a=1]"], m["alone_corner_log_ratio[B: a=1 vs a=0]"]
+    assert ca[1] <= ca[0] <= ca[2] and cb[1] <= cb[0] <= cb[2]
+    assert m["meaningful"] == (ca[1] > 0 and cb[1] > 0)
     # the verdict is the stated rule applied to the reported intervals
     his = [m[f"paired_log_ratio[{b}]"][2] for b in ts.BASELINES]
     assert res.holds == (m["meaningful"] and all(h < 0 for h in his))
     for k, v in m.items():
         if k.startswith(("final_exponent", "alone_auto_exponent")):
             assert 0.0 <= v <= 1.0
+
+
+def test_teacher_student_needs_both_corners(tmp_path):
+    cfg = {
+        **ts.config(True),
+        **{"na": 4, "nb": 3, "m": 2, "n": 32, "steps": 2, "batch": 8, "seeds": 2, "grid": 1},
+        "alone_exponents": [0.0, 0.5],
+        "alone_seeds": 2,
+    }
+    with pytest.raises(ValueError, match="must contain 0 and 1"):
+        ts.run(RunContext(tmp_path, True, False, 0), cfg)
 
 
 def _one_step_best_a(X, R, W, grid):
@@ -120,6 +135,24 @@ def test_image_tiny(tmp_path, monkeypatch):
     res = image.run(RunContext(tmp_path, True, False, 0), cfg)
     assert 0.0 <= res.metrics["test_acc_mean[AdaptiveLMO]"] <= 1.0
     assert isinstance(res.holds, bool)
+
+
+def test_image_tiny_with_a0_and_spectral_rows(tmp_path, monkeypatch):
+    pytest.importorskip("sklearn")
+    from adaptive_lmo.experiments import image
+
+    grids = {**TINY_GRIDS, image.A0: [0.05], _common.SPECTRAL: [0.05]}
+    monkeypatch.setattr(image, "grids", lambda k: grids)
+    cfg = {"h": 8, "steps": 12, "batch": 32, "seeds": 2, "grid": 1}
+    res = image.run(RunContext(tmp_path, True, False, 0), cfg)
+    m = res.metrics
+    assert [r["optimizer"] for r in res.table] == list(grids)
+    # the a = 0 row really ran at the fixed exponent 0; the paired entries are reported
+    assert m["a0_final_exponent[0.weight]"] == 0.0 and m["a0_final_exponent[2.weight]"] == 0.0
+    for key in ("auto_vs_a0", "polar_vs_spectral"):
+        lo, hi = m[f"{key}_log_ratio_ci"]
+        assert lo <= m[f"{key}_log_ratio_mean"] <= hi
+    assert "fixed a = 0" in res.summary and 'scale="spectral"' in res.summary
 
 
 def test_lm_tiny(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ scale, :math:`-\Phi_a(G)` is the LMO of the Schatten-:math:`p` ball with
 :math:`p = (1 + a)/a` (dual exponent :math:`q = 1 + a`): Hölder's equality point of
 :math:`\max_{\|D\|_{S_p} \le 1}\langle G, D\rangle` is :math:`d_i \propto s_i^{q-1} = s_i^a`.
 
-Two scalings (``scale=``):
+Three scalings (``scale=``):
 
 ``"none"``
     :math:`\Phi_a(G)` itself: ``a = 1`` returns ``G`` unchanged (so the optimizer is exactly
@@ -22,6 +22,9 @@ Two scalings (``scale=``):
     values: every member has the Frobenius norm of the polar factor, so one learning rate
     serves every exponent and ``a = 0`` is still exactly Muon. ``a = 1`` (no SVD is taken) and
     the iterative route assume full rank, :math:`k = \min(m, n)`.
+``"spectral"``
+    :math:`\Phi_a(G)/\max_i s_i^a`: every member has the polar factor's spectral norm 1, so
+    no member steps further than the polar factor in any direction; ``a = 0`` is exactly Muon.
 
 Routes (``method=``): ``"svd"`` (exact; the factors can be returned for reuse by the
 criterion) and ``"iterative"`` (matmuls only, through
@@ -59,7 +62,7 @@ __all__ = [
     "svd_factors",
 ]
 
-SCALES = ("none", "polar")
+SCALES = ("none", "polar", "spectral")
 METHODS = ("svd", "iterative")
 
 
@@ -107,6 +110,9 @@ def power_weights(s: Tensor, a: float, scale: str) -> Tensor:
     Exactly-zero singular values map to zero for every ``a`` (also ``a = 0``, as ``msign``).
     """
     w = torch.where(s > 0, s.pow(a), 0.0)
+    if scale == "spectral" and a != 0.0:
+        top = w.amax(-1, keepdim=True)
+        return w * torch.where(top > 0, 1.0 / top.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
     if scale == "polar" and a != 0.0:
         k = (s > 0).sum(-1, keepdim=True).to(s.dtype)
         nrm = torch.linalg.vector_norm(w, dim=-1, keepdim=True)
@@ -128,7 +134,7 @@ def fractional_update(
         G: ``(..., m, n)`` floating tensor (leading dims are a batch, e.g. MoE experts).
         a: exponent in [0, 1]: 1 is ``G`` (SGD), 0 the polar factor (Muon).
         method: ``"svd"`` or ``"iterative"`` (module docstring).
-        scale: ``"none"`` or ``"polar"`` (module docstring).
+        scale: ``"none"``, ``"polar"`` or ``"spectral"`` (module docstring).
         factors: a precomputed thin SVD of ``G`` to reuse (``"svd"`` only).
 
     Returns:
@@ -160,6 +166,9 @@ def fractional_update(
     if a == 1.0:
         if scale == "none":
             return X.clone()
+        if scale == "spectral":
+            top = torch.linalg.matrix_norm(X, ord=2, keepdim=True)
+            return X * torch.where(top > 0, 1.0 / top.clamp_min(1e-300), 0.0)
         fro = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
         return X * torch.where(fro > 0, math.sqrt(min(m, n)) / fro.clamp_min(1e-300), 0.0)
     if method == "iterative":
@@ -169,6 +178,9 @@ def fractional_update(
         if scale == "polar":
             fro = torch.linalg.vector_norm(P, dim=(-2, -1), keepdim=True)
             return P * torch.where(fro > 0, math.sqrt(min(m, n)) / fro.clamp_min(1e-300), 0.0)
+        if scale == "spectral":
+            top = torch.linalg.matrix_norm(P, ord=2, keepdim=True)
+            return P * torch.where(top > 0, 1.0 / top.clamp_min(1e-300), 0.0)
         fro_g = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
         return P * fro_g.pow(a)
     f = factors if factors is not None else svd_factors(X)

@@ -101,6 +101,7 @@ def _validate_lmo(g: dict[str, Any]) -> None:
     _check_nonneg("beta2", g["beta2"], 1.0)
     _check_nonneg("eps", g["eps"])
     _check_nonneg("weight_decay", g["weight_decay"])
+    _check_nonneg("direction_floor", g.get("direction_floor", 0.0))
     if g["precondition"] not in PRECONDITIONERS:
         raise ValueError(f"precondition must be None or 'adam', got {g['precondition']!r}")
     if g["exponent"] != "auto":
@@ -175,7 +176,9 @@ class AdaptiveLMO(Optimizer):
             warning). ``"input"``: the layer's output is read as the loss's (identity output
             Hessian), only input activations enter.
         method: ``"svd"`` or ``"iterative"`` (matmul-only fractional power).
-        scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm) or ``"none"``.
+        scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm),
+            ``"spectral"`` (its spectral norm: no member steps further than Muon in any
+            direction) or ``"none"``.
         weight_decay: decoupled, :math:`W \leftarrow (1 - \gamma\lambda)W`.
         adjust_lr_fn: None (1), or torch.optim.Muon's ``"original"``, ``"match_rms_adamw"``,
             ``"spectral_unclamped"`` shape factors.
@@ -184,6 +187,14 @@ class AdaptiveLMO(Optimizer):
             with weights used functionally, e.g. ``nn.MultiheadAttention``'s projections).
             One ``UserWarning`` names every such parameter, once per parameter, on its first
             criterion step; ``geometry()`` reports the fallback as the layer's source.
+        direction_floor: a Frobenius norm :math:`\phi` below which the direction is treated as
+            rounding noise (default 1e-7, torch.optim.Muon's ``eps``; 0 disables). The update
+            becomes :math:`\Phi_a(P)\cdot\min(1, \|P\|_F/\phi)` (per matrix of a batched
+            view), so its size falls linearly with the direction once that is below the floor
+            instead of staying at the polar factor's, and an ``"auto"`` layer keeps its exponent
+            on a criterion step whose scored direction is below the floor (``geometry()``
+            source ``"kept: direction below direction_floor ..."``). Every corner is exact for
+            :math:`\|P\|_F \ge \phi`. Why: see the README ("Vanishing directions").
         max_rows: rows of the activation sketch per layer.
         adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW group.
         route: ``(name, param, module) -> "lmo" | "adamw" | None`` override of the routing.
@@ -220,6 +231,7 @@ class AdaptiveLMO(Optimizer):
         weight_decay: float = 0.0,
         adjust_lr_fn: str | None = None,
         fallback_exponent: float = 0.0,
+        direction_floor: float = 1e-7,
         max_rows: int = 256,
         adamw_lr: float = 1e-3,
         adamw_betas: tuple[float, float] = (0.9, 0.999),
@@ -253,6 +265,7 @@ class AdaptiveLMO(Optimizer):
             "weight_decay": weight_decay,
             "adjust_lr_fn": adjust_lr_fn,
             "fallback_exponent": fallback_exponent,
+            "direction_floor": direction_floor,
             "matrix_view": "auto",
         }
         adamw = {
@@ -786,6 +799,11 @@ class AdaptiveLMO(Optimizer):
                 )
                 self._fallbacks.append((p, hooked))
             return
+        floor = g.get("direction_floor", 0.0)
+        if floor > 0 and float(torch.linalg.vector_norm(s)) < floor and "exponent" in st:
+            # the scored direction is rounding noise: its statistics say nothing (README)
+            st["source"] = f"kept: direction below direction_floor at step {st['step']}"
+            return
         curv, how = it["c"], ""
         if g.get("curvature", "kfac") == "kfac":
             if it.get("b") is None:
@@ -825,6 +843,11 @@ class AdaptiveLMO(Optimizer):
             st["exponent"], st["source"] = a, "fixed"
         use = it["factors"] if g["method"] == "svd" else None
         D = fractional_update(it["P"], a, method=g["method"], scale=g["scale"], factors=use)
+        floor = g.get("direction_floor", 0.0)
+        if floor > 0:
+            # unconditional (x * 1.0 is exact): a data-dependent branch would sync a GPU
+            nrm = torch.linalg.vector_norm(it["P"], dim=(-2, -1), keepdim=True)
+            D = D * (nrm / floor).clamp(max=1.0).to(D.dtype)
         lr = g["lr"]
         if g["weight_decay"] != 0:
             p.mul_(1 - lr * g["weight_decay"])

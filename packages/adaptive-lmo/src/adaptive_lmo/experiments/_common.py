@@ -29,6 +29,7 @@ __all__ = [
     "INPUT_CURV",
     "OPTIMIZERS",
     "SAME_BATCH",
+    "SPECTRAL",
     "Combined",
     "PairedComparison",
     "SweepResult",
@@ -43,7 +44,8 @@ __all__ = [
 OPTIMIZERS = ("AdamW", "Muon", "SGD", "AdaptiveLMO")
 SAME_BATCH = "AdaptiveLMO same-batch stats"  # ablation row: stats="same_batch" (not judged)
 INPUT_CURV = "AdaptiveLMO input curvature"  # ablation row: curvature="input" (not judged)
-EXTRA_OPTIMIZERS = ("Adam", "MuAdam", SAME_BATCH, INPUT_CURV)
+SPECTRAL = "AdaptiveLMO spectral scale"  # ablation row: scale="spectral" (not judged)
+EXTRA_OPTIMIZERS = ("Adam", "MuAdam", SAME_BATCH, INPUT_CURV, SPECTRAL)
 TOL_LOSS = 0.02  # relative
 TOL_ACC = 0.005  # absolute (0.5 percentage points)
 ADAMW_SIDE_LR = 3e-3  # AdamW lr of the non-matrix parameters under Muon and AdaptiveLMO
@@ -76,6 +78,7 @@ def build_optimizer(
     stats: str | None = None,
     fixed_exponents: Any = None,
     curvature: str | None = None,
+    scale: str | None = None,
 ) -> Any:
     """One of :data:`OPTIMIZERS` or :data:`EXTRA_OPTIMIZERS` on ``model``, matrix lr ``lr``.
 
@@ -91,13 +94,19 @@ def build_optimizer(
     :data:`SAME_BATCH` is "AdaptiveLMO" with ``stats="same_batch"``. ``fixed_exponents`` is
     passed to AdaptiveLMO (pins some matrices' exponents, the rest follow ``exponent``).
     ``curvature`` sets AdaptiveLMO's curvature model (None: its default, ``"kfac"``);
-    :data:`INPUT_CURV` is "AdaptiveLMO" with ``curvature="input"``.
+    :data:`INPUT_CURV` is "AdaptiveLMO" with ``curvature="input"``. ``scale`` sets
+    AdaptiveLMO's step scaling (None: its default, ``"polar"``); :data:`SPECTRAL` is
+    "AdaptiveLMO" with ``scale="spectral"``.
     """
     if name == SAME_BATCH:
         name, stats = "AdaptiveLMO", "same_batch"
     if name == INPUT_CURV:
         name, curvature = "AdaptiveLMO", "input"
+    if name == SPECTRAL:
+        name, scale = "AdaptiveLMO", "spectral"
     stat_kw = {} if stats is None else {"stats": stats}
+    if scale is not None:
+        stat_kw["scale"] = scale
     if curvature is not None:
         stat_kw["curvature"] = curvature
     if name == "AdamW":
