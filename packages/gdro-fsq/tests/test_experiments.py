@@ -52,6 +52,60 @@ def test_run_method_spends_the_budget_and_reduces_the_gap():
     assert math.isfinite(res["gap"][-1])
 
 
+def test_paired_ratio_test_against_scipy_and_by_hand():
+    """The equal-samples rule: refuted iff the one-sided paired t-test rejects ratio <= 1.1."""
+    stats = pytest.importorskip("scipy.stats")
+    gen = torch.Generator().manual_seed(11)
+    for n, shift in [(2, 0.0), (5, 0.9), (7, 0.2), (9, -0.5), (13, 0.35)]:
+        base = (torch.rand(n, generator=gen, dtype=torch.float64) + 0.1).tolist()
+        noise = 0.3 * torch.randn(n, generator=gen, dtype=torch.float64)
+        gaps = [b * math.exp(shift + float(e)) for b, e in zip(base, noise, strict=True)]
+        res = syn.paired_ratio_test(gaps, base)
+        d = [math.log(a / b) for a, b in zip(gaps, base, strict=True)]
+        p_high = stats.ttest_1samp(d, math.log(1.1), alternative="greater").pvalue
+        assert res["refuted"] == (p_high < 0.05)
+        p_low = stats.ttest_1samp(d, math.log(1.1), alternative="less").pvalue
+        assert res["shown"] == (p_low <= 0.05)
+        assert res["ratio"] == pytest.approx(math.exp(sum(d) / n), rel=1e-12)
+        assert res["lo"] < res["ratio"] < res["hi"] and res["n"] == n
+    # by hand, n = 2: d = (log 2, log 4), mean 1.5 log 2, sd log 2 / sqrt 2, t_{0.95,1} = 6.3138
+    res = syn.paired_ratio_test([2.0, 4.0], [1.0, 1.0])
+    hw = 6.313751514675 * (math.log(2) / math.sqrt(2)) / math.sqrt(2)
+    assert res["lo"] == pytest.approx(math.exp(1.5 * math.log(2) - hw), rel=1e-9)
+    assert res["hi"] == pytest.approx(math.exp(1.5 * math.log(2) + hw), rel=1e-9)
+    assert not res["refuted"] and not res["shown"]
+    # a clear loss on ten seeds is refuted, a clear win shown
+    base = [1.0 + 0.01 * k for k in range(10)]
+    assert syn.paired_ratio_test([2 * x * (1 + 0.02 * (k % 3)) for k, x in enumerate(base)], base)[
+        "refuted"
+    ]
+    assert syn.paired_ratio_test(
+        [0.5 * x * (1 + 0.02 * (k % 3)) for k, x in enumerate(base)], base
+    )["shown"]
+    with pytest.raises(ValueError, match="at least 2"):
+        syn.paired_ratio_test([1.0], [1.0])
+
+
+def test_equal_samples_test_picks_the_better_baseline():
+    def runs(vals):
+        return [{"gap": [1.0, v]} for v in vals]
+
+    res = {
+        "FSQ r=2": runs([1.0, 1.1, 0.9, 1.0]),
+        "FSQ r=5": runs([3.0, 3.3, 2.7, 3.1]),
+        "1-sample": runs([1.0, 1.05, 0.95, 1.0]),
+        "SMD m=10": runs([2.0, 2.0, 2.0, 2.0]),
+    }
+    ok, out = syn.equal_samples_test(res, 10)
+    assert out["equal_samples_baseline"] == "1-sample"
+    assert not out["equal_samples[FSQ r=2]_refuted"] and out["equal_samples[FSQ r=5]_refuted"]
+    assert not ok and out["ok_equal_samples"] is False
+    assert out["equal_samples[FSQ r=2]_point_rule"] and not out["equal_samples[FSQ r=5]_point_rule"]
+    res["FSQ r=5"] = runs([1.2, 0.8, 1.1, 0.9])
+    ok, out = syn.equal_samples_test(res, 10)
+    assert ok and out["ok_equal_samples"] is True
+
+
 def test_bound_holds_rule():
     ok = {"gap": [0.5, 0.1], "bound": [0.6, 0.1]}
     bad = {"gap": [0.5, 0.2], "bound": [0.6, 0.1]}

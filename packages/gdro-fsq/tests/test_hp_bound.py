@@ -11,7 +11,7 @@ from gdro_fsq.sampling import max_weight_sum
 from gdro_fsq.schedules import RandomSize
 
 
-def _run(prob, seed, rounds, r):
+def _run(prob, seed, rounds, r, theta_step="kappa"):
     """Play ``rounds`` rounds (``r``: a size or a function of the round) and recompute the
     tracked sums by hand, with the round weights c_t (README, "Round weights")."""
     size = r if callable(r) else (lambda t, r=r: r)
@@ -24,6 +24,7 @@ def _run(prob, seed, rounds, r):
         radius=prob.radius,
         grad_bound=prob.grad_bound,
         generator=gen,
+        theta_step=theta_step,
     )
     sampler = prob.sampler(gen)
     m = prob.n_groups
@@ -100,11 +101,15 @@ def test_bound_formula_against_direct_evaluation():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", ["constant", "random"])
-def test_monte_carlo_failure_rate_at_most_delta(schedule):
+@pytest.mark.parametrize(
+    ("schedule", "theta_step"),
+    [("constant", "kappa"), ("random", "kappa"), ("constant", "observed"), ("random", "observed")],
+)
+def test_monte_carlo_failure_rate_at_most_delta(schedule, theta_step):
     """Over many seeds the gap exceeds the bound in at most a delta fraction of the runs; the
     per-group underestimation term (the one Freedman's inequality controls) is checked on its
-    own against its delta/4 share."""
+    own against its delta/4 share. ``theta_step="observed"``: the theta step and the bound's
+    theta terms on the realised gradient norms (README, "Observed gradient step")."""
     prob = make_grouped_logistic(5, 4, 30, radius=3.0, noise=0.1, seed=0)
     _, value = gdro_optimum(prob)
     delta, seeds, rounds = 0.1, 30, 150
@@ -112,7 +117,9 @@ def test_monte_carlo_failure_rate_at_most_delta(schedule):
     over, over_dev, weighted = 0, 0, 0
     for seed in range(seeds):
         size = RandomSize(1, 5, n_groups=5, seed=seed) if schedule == "random" else 2
-        opt, _, inv_pi, _, dev = _run(prob, seed, rounds, r=size)
+        opt, _, inv_pi, _, dev = _run(prob, seed, rounds, r=size, theta_step=theta_step)
+        if theta_step == "observed":
+            assert opt.game["theta_sq_sum"] < opt.game["kappa_sq_sum"]
         weighted += opt.weight_sum < opt.t - 1e-9  # some rounds were down-weighted
         gap = prob.max_risk(opt.averaged_params()[0]) - value
         over += gap > opt.bound_hp(delta)

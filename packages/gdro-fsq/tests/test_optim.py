@@ -300,15 +300,29 @@ def test_bound_decreases_with_sample_size_and_matches_formula(update):
     assert fsq_bound(50, 50 * 10.0, 10, **kw) > fsq_bound(50, 50 * 2.0, 10, **kw)
 
 
-def test_proximal_ftrl_iterate_is_the_constrained_argmin():
-    """Each iterate against an independent solve of the FTRL problem on the ball (SLSQP)."""
+@pytest.mark.parametrize("theta_step", ["kappa", "observed"])
+def test_proximal_ftrl_iterate_is_the_constrained_argmin(theta_step):
+    """Each iterate against an independent solve of the FTRL problem on the ball (SLSQP).
+
+    ``theta_step="observed"``: the regularisers' weights come from the realised gradient norms,
+    ``K_t = sum_j |c_j g_j|^2 / G^2`` (README, "Observed gradient step"), recomputed here from
+    an independent autograd evaluation at the iterate."""
     np = pytest.importorskip("numpy")
     minimize = pytest.importorskip("scipy.optimize").minimize
     prob = make_grouped_logistic(5, 4, 25, radius=1.3, seed=3)
     gen = torch.Generator().manual_seed(4)
     w = torch.tensor([1.0, -0.4, 0.5, 0.2], requires_grad=True)
     c = 6.0
-    opt = GDROFSQ([w], prob.loss_fn, 5, lr_theta=c, radius=prob.radius, generator=gen)
+    opt = GDROFSQ(
+        [w],
+        prob.loss_fn,
+        5,
+        lr_theta=c,
+        radius=prob.radius,
+        generator=gen,
+        grad_bound=prob.grad_bound,
+        theta_step=theta_step,
+    )
     s = prob.sampler(gen)
     iterates, grads, kappas = [w.detach().clone()], [], []
     for t in range(1, 13):
@@ -325,7 +339,14 @@ def test_proximal_ftrl_iterate_is_the_constrained_argmin():
         grads.append(g)
         opt.step(lambda b=batch: prob.loss_fn([w], b))
         # sigma_j = (sqrt K_j - sqrt K_{j-1}) / c, centred at theta_j
-        ks = np.cumsum(np.array(kappas) ** 2)
+        if theta_step == "observed":
+            sizes = np.array([float(x.norm()) / prob.grad_bound for x in grads])
+            assert np.all(sizes <= np.array(kappas) + 1e-12)  # |c g| <= c kappa G surely
+        else:
+            sizes = np.array(kappas)
+        ks = np.cumsum(sizes**2)
+        assert opt.game["theta_sq_sum"] == pytest.approx(float(ks[-1]), rel=1e-12)
+        assert opt.game["kappa_sq_sum"] == pytest.approx(float(np.sum(np.array(kappas) ** 2)))
         sig = np.diff(np.concatenate([[0.0], np.sqrt(ks)])) / c
         pts = np.stack([x.numpy() for x in iterates])
         gsum = torch.stack(grads).sum(0).numpy()
@@ -352,6 +373,53 @@ def test_proximal_ftrl_iterate_is_the_constrained_argmin():
     assert min(norms) < prob.radius - 0.05  # and inactive at times
     assert max(kappas) > 1.05  # rounds with r < m had weight sums above 1
     assert min(kappas) < 0.99  # and some rounds were down-weighted
+    if theta_step == "observed":  # the realised norms are well below the sure bounds here
+        assert opt.game["theta_sq_sum"] < 0.5 * opt.game["kappa_sq_sum"]
+
+
+def test_observed_theta_step_bound_and_bad_arguments():
+    """The bound's theta part uses the observed K_t (and is then smaller); bad options fail."""
+    prob = make_grouped_logistic(4, 3, 20, radius=2.0, seed=5)
+    runs = {}
+    for step in ("kappa", "observed"):
+        gen = torch.Generator().manual_seed(1)
+        w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+        opt = GDROFSQ(
+            [w], prob.loss_fn, 4, radius=2.0, grad_bound=prob.grad_bound, generator=gen,
+            theta_step=step,
+        )  # fmt: skip
+        s = prob.sampler(gen)
+        for _ in range(30):
+            opt.round(s, 2)
+        runs[step] = opt
+    obs = runs["observed"]
+    kw = dict(
+        kappa_sq_sum=obs.game["kappa_sq_sum"], reg_radius=4.0, grad_bound=prob.grad_bound,
+        lr_theta=obs.param_groups[0]["lr_theta"], lr_q=1.0, q_cap=obs.game["eta_cap"],
+        adaptive_v0=1.0,
+    )  # fmt: skip
+    k_obs = obs.game["theta_sq_sum"]
+    assert 0 < k_obs < obs.game["kappa_sq_sum"]
+    by_hand = (
+        fsq_bound(obs.weight_sum, obs.game["var_sum"], 4, **kw)
+        - 2
+        * (
+            16 * math.sqrt(kw["kappa_sq_sum"]) / (2 * kw["lr_theta"])
+            + kw["lr_theta"] * prob.grad_bound**2 * math.sqrt(kw["kappa_sq_sum"])
+            - 16 * math.sqrt(k_obs) / (2 * kw["lr_theta"])
+            - kw["lr_theta"] * prob.grad_bound**2 * math.sqrt(k_obs)
+        )
+        / obs.weight_sum
+    )
+    assert obs.bound() == pytest.approx(by_hand, rel=1e-12)
+    assert obs.bound() < fsq_bound(obs.weight_sum, obs.game["var_sum"], 4, **kw)
+    # the default's theta_sq_sum is its kappa sum: unchanged method
+    assert runs["kappa"].game["theta_sq_sum"] == runs["kappa"].game["kappa_sq_sum"]
+    w = torch.zeros(3, requires_grad=True)
+    with pytest.raises(ValueError, match="theta_step"):
+        GDROFSQ([w], prob.loss_fn, 4, lr_theta=1.0, theta_step="adagrad")
+    with pytest.raises(ValueError, match="grad_bound"):
+        GDROFSQ([w], prob.loss_fn, 4, lr_theta=1.0, theta_step="observed")
 
 
 # ---- bad input
@@ -662,3 +730,91 @@ def test_bad_step_cap():
     w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
     with pytest.raises(ValueError, match="step_cap"):
         GDROFSQ([w], prob.loss_fn, 3, radius=1.0, grad_bound=1.0, step_cap="median")
+
+
+def test_optimistic_bonus_by_hand():
+    """q_bonus (README, "Optimistic bonus"): beta_t = b eta_t, the round weight and exploration
+    for eta_t (1 + beta_t), the estimates c_t (l_hat + beta_t / pi) on every group; the first
+    round with numbers, then a mixed schedule recomputed from the played rounds."""
+    from gdro_fsq.sampling import inclusion_probabilities
+
+    m, c_q, b = 4, 0.9, 0.7
+    prob = make_grouped_logistic(m, 3, 20, radius=2.0, seed=8)
+    gen = torch.Generator().manual_seed(8)
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    opt = GDROFSQ(
+        [w], prob.loss_fn, m, radius=2.0, grad_bound=prob.grad_bound, lr_q=c_q, q_bonus=b,
+        generator=gen,
+    )  # fmt: skip
+    s = prob.sampler(gen)
+    # round 1 by hand: q uniform, cap rho(2) = 1/4 < 0.9 sqrt(log 4), eta = 1/4, beta = 0.175,
+    # c = 1/1.175, gamma = c eta (1 + beta) m / r = 1/2, a = 1/2 each, pi = 1/4 + 1/4 = 1/2
+    plan = opt.plan(2)
+    assert opt.game["eta_q"] == pytest.approx(0.25) and opt.game["bonus"] == pytest.approx(0.175)
+    assert opt.game["round_weight"] == pytest.approx(1 / 1.175)
+    assert opt.game["gamma"] == pytest.approx(0.5)
+    torch.testing.assert_close(plan.pi, torch.full((4,), 0.5, dtype=plan.pi.dtype))
+    losses = opt.step(lambda: prob.loss_fn([w], s.sample(plan.groups))).double()
+    want = torch.full((4,), 0.35 / 1.175, dtype=torch.float64)
+    for k, i in enumerate(plan.groups.tolist()):
+        want[i] = (2 * float(losses[k]) + 0.35) / 1.175
+    torch.testing.assert_close(opt.game["est_sum"], want, rtol=1e-12, atol=0)
+    # then a mixed schedule against a recomputation
+    x_sum, cap, est_sum = 0.0, 0.25, want.clone()
+    q = torch.softmax(0.25 * est_sum * 0, 0)
+    var = float((q * est_sum**2).sum() - (q * est_sum).sum() ** 2)
+    x_sum += var
+    sizes = (2, 1, 3, 4, 2, 1, 4)
+    for t, r in enumerate(sizes[1:], start=2):
+        mean_r = sum(sizes[:t]) / t
+        cap = min(cap, 1.0 if mean_r >= m else mean_r / (2 * m))
+        eta = min(c_q * math.sqrt(math.log(m) / (1.0 + x_sum)), cap)
+        beta = b * eta
+        rho = 1.0 if r == m else r / (2 * m)
+        cw = min(1.0, rho / (eta * (1 + beta)))
+        gamma = min(0.5, cw * eta * (1 + beta) * m / r)
+        q = _softmax([eta * float(e) for e in est_sum])
+        q = torch.tensor(q, dtype=torch.float64)
+        pi = inclusion_probabilities(q, r, gamma).to(torch.float64)
+        plan = opt.plan(r)
+        assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
+        assert opt.game["bonus"] == pytest.approx(beta, rel=1e-12)
+        assert opt.game["round_weight"] == pytest.approx(cw, rel=1e-12)
+        torch.testing.assert_close(opt.q, q, rtol=1e-12, atol=1e-15)
+        torch.testing.assert_close(plan.pi.to(torch.float64), pi, rtol=1e-12, atol=1e-15)
+        losses = opt.step(lambda p=plan: prob.loss_fn([w], s.sample(p.groups))).double()
+        est = cw * beta / pi
+        for k, i in enumerate(plan.groups.tolist()):
+            est[i] += cw * float(losses[k]) / float(pi[i])
+        assert float((cw * eta * est).max()) <= 1 + 1e-12  # the exponential-weights range
+        est_sum = est_sum + est
+        x_sum += float((q * est**2).sum() - (q * est).sum() ** 2)
+        torch.testing.assert_close(opt.game["est_sum"], est_sum, rtol=1e-12, atol=1e-15)
+        assert opt.game["var_obs"] == pytest.approx(x_sum, rel=1e-12)
+    with pytest.raises(ValueError, match="q_bonus"):
+        opt.bound()
+    with pytest.raises(ValueError, match="q_bonus"):
+        opt.bound_hp(0.1)
+    for bad in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="q_bonus"):
+            GDROFSQ([w], prob.loss_fn, m, lr_theta=1.0, q_bonus=bad)
+    with pytest.raises(ValueError, match="q_bonus"):
+        GDROFSQ([w], prob.loss_fn, m, lr_theta=1.0, q_bonus=0.5, estimator="ix")
+
+
+def test_zero_bonus_is_the_default_method():
+    prob = make_grouped_logistic(5, 3, 20, radius=2.0, seed=9)
+    trajectories = []
+    for kw in ({}, {"q_bonus": 0.0}):
+        gen = torch.Generator().manual_seed(9)
+        w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+        opt = GDROFSQ(
+            [w], prob.loss_fn, 5, radius=2.0, grad_bound=prob.grad_bound, generator=gen, **kw
+        )
+        s = prob.sampler(gen)
+        for t in range(1, 30):
+            opt.round(s, 1 + t % 5)
+        trajectories.append((w.detach().clone(), opt.q.clone(), opt.bound()))
+    assert torch.equal(trajectories[0][0], trajectories[1][0])
+    assert torch.equal(trajectories[0][1], trajectories[1][1])
+    assert trajectories[0][2] == trajectories[1][2]

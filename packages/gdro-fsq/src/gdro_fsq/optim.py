@@ -89,6 +89,10 @@ Q_STEPS = ("bound", "adaptive")
 #: (README, "Round weights"): the cap of the running mean size (rounds below it
 #: down-weighted), of the smallest size so far (no down-weighting; the earlier rule), or none.
 STEP_CAPS = ("mean", "min", "none")
+#: what the :math:`\theta` step's :math:`K_t` of :class:`GDROFSQ` sums: the sure bounds
+#: :math:`(c_j\kappa_j)^2` or the observed :math:`\|c_jg_j\|^2/G^2` (README, "Observed
+#: gradient step").
+THETA_STEPS = ("kappa", "observed")
 
 
 class Query(NamedTuple):
@@ -204,8 +208,13 @@ def fsq_bound(
     lag: float = 0.0,
     q_cap: float = 1.0,
     adaptive_v0: float | None = None,
+    theta_sq_sum: float | None = None,
 ) -> float:
     r"""The optimization-error bound tracked by :class:`GDROFSQ` after ``t`` rounds.
+
+    ``theta_sq_sum``, when given, is the :math:`K_t` of the :math:`\theta` regret terms (the
+    observed :math:`\sum_j\|c_jg_j\|^2/G^2` of ``theta_step="observed"``, README, "Observed
+    gradient step"); otherwise they use ``kappa_sq_sum``.
 
     .. math::
 
@@ -239,9 +248,10 @@ def fsq_bound(
     """
     if not t > 0:
         raise ValueError(f"the bound needs t > 0, got {t}")
-    theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
+    k_theta = kappa_sq_sum if theta_sq_sum is None else theta_sq_sum
+    theta = reg_radius**2 * math.sqrt(k_theta + lag) / (
         2 * lr_theta
-    ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
+    ) + lr_theta * grad_bound**2 * math.sqrt(k_theta)
     log_m = math.log(n_groups)
     if adaptive_v0 is None:
         q = (1 / lr_q + 2 * lr_q) * math.sqrt(var_sum * log_m)
@@ -272,8 +282,13 @@ def fsq_bound_hp(
     second_moment_sum: float,
     inv_pi_sum: Tensor,
     lag: float = 0.0,
+    theta_sq_sum: float | None = None,
 ) -> float:
     r"""A bound on the optimisation error that holds with probability at least ``1 - delta``.
+
+    ``theta_sq_sum``, when given, is the :math:`K_t` of the :math:`\theta` regret terms (the
+    observed :math:`\sum_j\|c_jg_j\|^2/G^2` of ``theta_step="observed"``, README, "Observed
+    gradient step"); otherwise they use ``kappa_sq_sum``.
 
     .. math::
 
@@ -306,9 +321,10 @@ def fsq_bound_hp(
     if not (0 < delta < 1):
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     m = int(inv_pi_sum.numel())
-    theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
+    k_theta = kappa_sq_sum if theta_sq_sum is None else theta_sq_sum
+    theta = reg_radius**2 * math.sqrt(k_theta + lag) / (
         2 * lr_theta
-    ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
+    ) + lr_theta * grad_bound**2 * math.sqrt(k_theta)
     # player 1's noise: a scalar Azuma term and the norm of a Hilbert-space martingale (Pinelis)
     noise = (
         radius
@@ -358,8 +374,13 @@ def fsq_bound_hp_ix(
     gamma_min: float,
     full_rounds: int,
     lag: float = 0.0,
+    theta_sq_sum: float | None = None,
 ) -> float:
     r"""The high-probability bound of the implicit-exploration variant (``estimator="ix"``).
+
+    ``theta_sq_sum``, when given, is the :math:`K_t` of the :math:`\theta` regret terms (the
+    observed :math:`\sum_j\|c_jg_j\|^2/G^2` of ``theta_step="observed"``, README, "Observed
+    gradient step"); otherwise they use ``kappa_sq_sum``.
 
     .. math::
 
@@ -392,9 +413,10 @@ def fsq_bound_hp_ix(
     if not (0 < delta < 1):
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     m = int(n_groups)
-    theta = reg_radius**2 * math.sqrt(kappa_sq_sum + lag) / (
+    k_theta = kappa_sq_sum if theta_sq_sum is None else theta_sq_sum
+    theta = reg_radius**2 * math.sqrt(k_theta + lag) / (
         2 * lr_theta
-    ) + lr_theta * grad_bound**2 * math.sqrt(kappa_sq_sum)
+    ) + lr_theta * grad_bound**2 * math.sqrt(k_theta)
     noise = (
         radius
         * math.sqrt(2 * noise_sq_sum)
@@ -484,6 +506,10 @@ class GroupGame(Optimizer, abc.ABC):
         self.radius = _positive("radius", radius, allow_none=True)
         self.theta_update = theta_update
         self.theta_decay = bool(theta_decay)
+        #: what the theta step's :math:`K_t` sums: ``"kappa"`` (the sure bounds
+        #: :math:`\kappa_j^2`) or ``"observed"`` (:class:`GDROFSQ` option, README, "Observed
+        #: gradient step").
+        self.theta_step = "kappa"
         self.generator = generator
         self._query: Query | None = None
         self.game: dict[str, Any] = {
@@ -493,6 +519,9 @@ class GroupGame(Optimizer, abc.ABC):
             "q": torch.full((n_groups,), 1.0 / n_groups, dtype=torch.float64),
             "q_sum": torch.zeros(n_groups, dtype=torch.float64),
             "kappa_sq_sum": 0.0,
+            # K_t of the theta step: sum_j kappa_j^2 (theta_step="kappa") or the observed
+            # sum_j |c_j g_j|^2 / G^2 (theta_step="observed", GDROFSQ only)
+            "theta_sq_sum": 0.0,
             # round weights c_t (1 except where GDROFSQ down-weights a small round) and C_t
             "round_weight": 1.0,
             "weight_sum": 0.0,
@@ -668,8 +697,13 @@ class GroupGame(Optimizer, abc.ABC):
             grads = torch.autograd.grad(objective, params, allow_unused=True)
         t = self.t + 1
         kappa = c * self._kappa(query)  # the weighted gradient c_t g_t has norm <= c_t kappa_t G
-        k_prev = float(self.game["kappa_sq_sum"])
-        self.game["kappa_sq_sum"] = k_prev + kappa**2
+        self.game["kappa_sq_sum"] = float(self.game["kappa_sq_sum"]) + kappa**2
+        k_prev = float(self.game["theta_sq_sum"])
+        if self.theta_step == "observed":  # |c_t g_t|^2 / G^2 <= (c_t kappa_t)^2
+            sq = sum(float((g.detach() ** 2).sum()) for g in grads if g is not None)
+            self.game["theta_sq_sum"] = k_prev + sq / float(self.grad_bound) ** 2  # type: ignore[attr-defined]
+        else:
+            self.game["theta_sq_sum"] = k_prev + kappa**2
         self.game["weight_sum"] = self.weight_sum + c
         self._update_theta(dict(zip(map(id, params), grads, strict=True)), t, k_prev)
         self.game["q_sum"] = self.game["q_sum"] + c * self.game["q"]
@@ -694,7 +728,7 @@ class GroupGame(Optimizer, abc.ABC):
           :math:`\theta_{t+1} = \Pi(\bar z_t - \eta\sum_{j\le t} g_j)`,
           :math:`\bar z_t = \eta\sum_{j\le t}\sigma_j\theta_j`.
         """
-        k = float(self.game["kappa_sq_sum"])
+        k = float(self.game["theta_sq_sum"])
         for group in self.param_groups:
             c = group["lr_theta"]
 
@@ -721,7 +755,8 @@ class GroupGame(Optimizer, abc.ABC):
                 if g is None:
                     g = torch.zeros_like(p)
                 if self.theta_update == "sgd":
-                    p.sub_(g, alpha=self._theta_lr(group, k))
+                    if k > 0:  # K = 0 only with zero gradients so far (theta_step="observed")
+                        p.sub_(g, alpha=self._theta_lr(group, k))
                 elif self.theta_update == "ftrl":
                     state["grad_sum"].add_(g)
                     eta = self._theta_lr(group, k + self.kappa_bound_sq)
@@ -730,7 +765,8 @@ class GroupGame(Optimizer, abc.ABC):
                     state["grad_sum"].add_(g)
                     state["center_sum"].add_(p.detach(), alpha=sigma)
                     total = sigma_total(k)
-                    p.copy_(state["center_sum"] / total - state["grad_sum"] / total)
+                    if total > 0:  # no regulariser yet: zero gradients so far, theta stays
+                        p.copy_(state["center_sum"] / total - state["grad_sum"] / total)
         self._project_(self._params())
 
     def round(self, sampler: Any, r: int) -> Tensor:
@@ -799,6 +835,19 @@ class GDROFSQ(GroupGame):
             :math:`\gamma_t = \eta_t/2` for :math:`r_t < m` and 0 for :math:`r_t = m`;
             its :meth:`bound_hp` (:func:`fsq_bound_hp_ix`) has the :math:`\sqrt t` rate for
             every :math:`r` (README, "Implicit exploration").
+        theta_step: what the :math:`\theta` step :math:`c_\theta/\sqrt{K_t}` sums in
+            :math:`K_t`: ``"kappa"`` (default) the sure bounds :math:`(c_j\kappa_j)^2`;
+            ``"observed"`` the realised :math:`\|c_jg_j\|^2/G^2` (AdaGrad-norm proximal
+            FTRL: the step follows the gradient's actual size, so an :math:`r`-sample
+            gradient's smaller variance buys a larger step; needs ``grad_bound``; the same
+            regret bound with the observed :math:`K_t`; README, "Observed gradient step").
+        q_bonus: :math:`b \ge 0` (default 0: off), an experimental Exp3.P-style optimistic
+            bonus for player 2: the gain estimates become :math:`c_t(\hat\ell_{t,i} +
+            \beta_t/\pi_{t,i})` for every group, :math:`\beta_t = b\,\eta_t`, with the round
+            weight and exploration computed for :math:`\eta_t(1 + \beta_t)` so that
+            :math:`c_t\eta_t(\hat\ell + \beta_t/\pi) \le 1` still holds. Only with
+            ``estimator="iw"`` and ``explore=True``; :meth:`bound` and :meth:`bound_hp` are
+            refused (not derived; README, "Optimistic bonus").
         step_cap: the non-increasing cap :math:`\bar\eta_t` on the ``q`` step (README,
             "Round weights"): ``"mean"`` (default) :math:`\min_{j\le t}\rho(\bar r_j)`,
             :math:`\bar r_j` the running mean size; ``"min"`` :math:`\min_{j\le t}\rho(r_j)`
@@ -826,8 +875,18 @@ class GDROFSQ(GroupGame):
         estimator: str = "iw",
         q_step: str = "adaptive",
         step_cap: str = "mean",
+        theta_step: str = "kappa",
+        q_bonus: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> None:
+        if not (isinstance(q_bonus, int | float) and math.isfinite(q_bonus) and q_bonus >= 0):
+            raise ValueError(f"q_bonus must be a finite number >= 0, got {q_bonus!r}")
+        if q_bonus > 0 and (estimator != "iw" or not explore):
+            raise ValueError("q_bonus needs estimator='iw' with explore=True")
+        if theta_step not in THETA_STEPS:
+            raise ValueError(f"theta_step must be one of {THETA_STEPS}, got {theta_step!r}")
+        if theta_step == "observed" and grad_bound is None:
+            raise ValueError('theta_step="observed" needs grad_bound (K_t is in units of G^2)')
         if step_cap not in STEP_CAPS:
             raise ValueError(f"step_cap must be one of {STEP_CAPS}, got {step_cap!r}")
         self.step_cap = step_cap
@@ -855,6 +914,8 @@ class GDROFSQ(GroupGame):
             theta_decay=True,
             generator=generator,
         )
+        self.theta_step = theta_step
+        self.q_bonus = float(q_bonus)
         self.lr_q = _positive("lr_q", lr_q)
         self.explore = bool(explore) and estimator == "iw"
         # kappa <= 2 / (1 - gamma) with gamma <= 1/2 (README, "Why the variance is m/r")
@@ -879,6 +940,7 @@ class GDROFSQ(GroupGame):
         self.game["eta_cap"] = 1.0
         self.game["eta_q"] = math.nan
         self.game["gamma"] = math.nan
+        self.game["bonus"] = 0.0  # beta_t of q_bonus (README, "Optimistic bonus")
         # for the implicit-exploration variant (fsq_bound_hp_ix)
         self.game["bias_sum"] = 0.0
         self.game["gamma_min"] = math.inf
@@ -915,13 +977,17 @@ class GDROFSQ(GroupGame):
             self.game["eta_q"] = eta
             self.game["gamma"] = eta / 2 if r < m else 0.0
             return inclusion_probabilities(self.game["q"], r, 0.0)
-        c = 1.0
+        c, beta = 1.0, 0.0
         if self.explore:
             eta = min(eta, self._history_cap(r))
-            # a round smaller than the step allows is down-weighted: c * eta <= rho(r)
-            c = min(1.0, self._step_cap(r) / eta)
+            # the optimistic bonus beta_t = b eta_t (0 unless q_bonus): the estimates
+            # c (l_hat + beta / pi) need pi >= c eta (1 + beta)
+            beta = self.q_bonus * eta
+            # a round smaller than the step allows is down-weighted: c eta (1 + beta) <= rho(r)
+            c = min(1.0, self._step_cap(r) / (eta * (1.0 + beta)))
+        self.game["bonus"] = beta
         self.game["q"] = torch.softmax(eta * self.game["est_sum"], dim=0)
-        gamma = exploration_rate(c * eta, m, r) if self.explore else 0.0
+        gamma = exploration_rate(c * eta * (1.0 + beta), m, r) if self.explore else 0.0
         self.game["eta_q"], self.game["gamma"], self.game["round_weight"] = eta, gamma, c
         return inclusion_probabilities(self.game["q"], r, gamma)
 
@@ -948,6 +1014,8 @@ class GDROFSQ(GroupGame):
             # the round's weighted gains c_t * l_hat_t (c_t = 1 unless the round is down-weighted)
             c = self._round_weight()
             est = c * importance_weighted_losses(scaled, query.groups, query.probs, self.n_groups)
+            if self.q_bonus > 0:  # the optimistic bonus c beta / pi on every group
+                est = est + c * self.game["bonus"] / query.pi.to(torch.float64)
             # the q-variance of the estimates: min over shifts c >= 0 of <q, (est - c)^2>
             var = max(0.0, float((q * est**2).sum()) - float((q * est).sum()) ** 2)
             self.game["second_moment_sum"] += float(self.game["eta_q"]) * var
@@ -971,6 +1039,11 @@ class GDROFSQ(GroupGame):
             raise ValueError("the bound needs the exploration (explore=True)")
         if self.t == 0:
             raise ValueError("the bound is defined after the first round")
+        if self.q_bonus > 0:
+            raise ValueError(
+                "no bound is derived for the q_bonus variant (an experimental option; "
+                'README, "Optimistic bonus")'
+            )
 
     def bound(self) -> float:
         """:func:`fsq_bound` at the current round (needs ``radius`` and ``grad_bound``)."""
@@ -989,6 +1062,7 @@ class GDROFSQ(GroupGame):
             # the ix variant has no step cap (its estimates are nonnegative costs)
             q_cap=math.inf if self.estimator == "ix" else self.game["eta_cap"],
             adaptive_v0=ADAPTIVE_V0 if self.q_step == "adaptive" else None,
+            theta_sq_sum=self.game["theta_sq_sum"],
         )
 
     def bound_hp(self, delta: float = 0.1) -> float:
@@ -1006,6 +1080,7 @@ class GDROFSQ(GroupGame):
             "eta_q": self.game["eta_q"],
             "second_moment_sum": self.game["second_moment_sum"],
             "lag": self.kappa_bound_sq if self.theta_update == "ftrl" else 0.0,
+            "theta_sq_sum": self.game["theta_sq_sum"],
         }
         if self.estimator == "ix":
             return fsq_bound_hp_ix(
