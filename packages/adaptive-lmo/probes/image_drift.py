@@ -13,7 +13,10 @@ or any AdaptiveLMO keyword given as ``auto+key=value`` (e.g. ``auto+curvature=in
 The README's rows: ``Muon:0.01:5``; without the floor ``auto+exponent=0+direction_floor=0:0.01:5``
 and ``auto+direction_floor=0:0.0197:5`` (made before the option existed, with ``a0`` and
 ``auto``; the same runs); with it ``a0:0.01:5``, ``auto:0.01:5``,
-``auto+scale=spectral:0.01:5`` (and the same at lr 0.0197).
+``auto+scale=spectral:0.01:5`` (and the same at lr 0.0197). With the switch test
+(``results/image_switch_probe.json``): ``auto:0.01:5``, ``auto:0.00507:5``, ``a0:0.00507:5``,
+``Muon:0.00507:5``, ``auto+shrinkage=ledoit_wolf+switch_confidence=0:0.01:5`` and
+``auto+shrinkage=none+switch_confidence=0:0.01:5`` (the previous default).
 """
 
 from __future__ import annotations

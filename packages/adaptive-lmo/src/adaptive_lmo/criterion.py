@@ -65,7 +65,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -77,9 +79,14 @@ __all__ = [
     "curvature_along",
     "curvature_matrix",
     "kfac_curvature",
+    "ledoit_wolf_shrinkage",
     "loglog_exponent",
+    "moments_in_basis",
+    "shrink_to_identity",
     "surrogate_decrease",
     "surrogate_exponent",
+    "switch_gain",
+    "t_quantile",
 ]
 
 RULES = ("surrogate", "loglog")
@@ -130,6 +137,62 @@ def kfac_curvature(U: Tensor, Vh: Tensor, X: Tensor, Gout: Tensor) -> Tensor:
     (not necessarily the same rows: the two factors are estimated separately).
     """
     return curvature_matrix(U.mT, Gout) * curvature_matrix(Vh, X)
+
+
+def moments_in_basis(Q: Tensor, R: Tensor) -> tuple[Tensor, Tensor, int]:
+    r"""Second moment of the rows ``R`` in the basis ``Q`` and what its precision needs.
+
+    With :math:`z_t = Q r_t` (``k`` rows), returns :math:`S = \tfrac1k\sum_t z_t z_t^\top`
+    (``(..., r, r)``, as :func:`curvature_matrix`), :math:`q = \tfrac1k\sum_t\|z_t\|^4`
+    (``(...,)``, float64: fourth powers of small gradients underflow float32) and ``k``: the
+    sufficient statistics of :func:`ledoit_wolf_shrinkage`. All
+    three are means over rows (``k`` a count), so ranks holding equally many rows combine by
+    averaging ``S`` and ``q`` and summing ``k``.
+    """
+    if R.shape[-1] != Q.shape[-1]:
+        raise ValueError(f"rows have {R.shape[-1]} columns but the basis has {Q.shape[-1]}")
+    if R.shape[-2] == 0:
+        raise ValueError("no rows: the layer saw no activations or gradients")
+    Z = R.to(Q.dtype) @ Q.mT
+    k = Z.shape[-2]
+    return Z.mT @ Z / k, Z.to(torch.float64).pow(2).sum(-1).pow(2).mean(-1), k
+
+
+def ledoit_wolf_shrinkage(S: Tensor, q: Tensor, k: int | float) -> Tensor:
+    r"""Ledoit-Wolf weight :math:`\rho\in[0, 1]` of the target :math:`\mu I` for ``S``.
+
+    ``S`` (``(..., r, r)``) is the mean of ``k`` outer products :math:`z_t z_t^\top` and
+    :math:`q = \tfrac1k\sum_t \|z_t\|^4`. With :math:`\mu = \mathrm{tr}\,S/r`,
+    :math:`\delta^2 = \|S - \mu I\|_F^2` (how far the estimate is from the target) and
+    :math:`\bar\beta^2 = \tfrac1{k^2}\sum_t \|z_t z_t^\top - S\|_F^2
+    = (q - \|S\|_F^2)/k` (the estimated variance of ``S``, the squared standard error of a
+    mean of ``k`` terms), :math:`\rho = \min(\bar\beta^2, \delta^2)/\delta^2`
+    (0 when :math:`\delta = 0`: ``S`` is then the target). One row carrying all the energy
+    gives :math:`\rho = \min(1, (1 - 1/k)/(1 - 1/r))`; ``k < r`` rows of equal energy
+    along orthonormal directions, :math:`\rho = \min(1, r(k - 1)/(k(r - k)))`
+    (see the README); many rows of a fixed ``S``, :math:`\rho = O(1/k)`.
+
+    Returns:
+        ``(...,)`` float64 (computed in float64).
+    """
+    S = S.to(torch.float64)  # squared second moments of tiny gradients underflow float32
+    q = torch.as_tensor(q, dtype=torch.float64, device=S.device)
+    r = S.shape[-1]
+    fro2 = S.pow(2).sum((-2, -1))
+    mu = torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) / r
+    delta2 = (fro2 - r * mu**2).clamp(min=0)
+    beta2 = ((q - fro2) / k).clamp(min=0)
+    safe = torch.where(delta2 > 0, delta2, torch.ones_like(delta2))
+    return torch.where(delta2 > 0, torch.minimum(beta2, delta2) / safe, torch.zeros_like(delta2))
+
+
+def shrink_to_identity(S: Tensor, rho: Tensor) -> Tensor:
+    r""":math:`(1 - \rho) S + \rho\,\mu I` with :math:`\mu = \mathrm{tr}\,S / r` (batched)."""
+    r = S.shape[-1]
+    mu = torch.diagonal(S, dim1=-2, dim2=-1).sum(-1) / r
+    eye = torch.eye(r, dtype=S.dtype, device=S.device)
+    rho = rho.to(S.dtype)[..., None, None]
+    return (1 - rho) * S + rho * mu[..., None, None] * eye
 
 
 def _as_matrix(s: Tensor, c: Tensor) -> Tensor | None:
@@ -304,3 +367,133 @@ def choose_exponent(
     if not math.isfinite(a):  # pragma: no cover - guarded by _prepare
         raise ValueError("the criterion produced a non-finite exponent")
     return a
+
+
+def _row_terms(a: float, s: Tensor, d: Tensor, Z: Tensor, C: Tensor) -> tuple[Tensor, Tensor]:
+    """Numerator and per-row denominator terms of the K-FAC surrogate at ``a`` (float64)."""
+    w = (s / s.amax(-1, keepdim=True)).pow(a)
+    num = (d * w).sum()
+    Y = Z * w.unsqueeze(-2)  # (..., k, r): z_t o s^a
+    f = ((Y @ C) * Y).sum(-1)  # (..., k)
+    return num, f.reshape(-1, f.shape[-1]).sum(0)  # a batched view sums its blocks per row
+
+
+def switch_gain(
+    a_new: float,
+    a_old: float,
+    s: Tensor,
+    Z: Tensor | None,
+    C: Tensor,
+    d: Tensor | None = None,
+    reduce: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[float, float, float]:
+    r"""Estimated gain of the K-FAC surrogate from ``a_old`` to ``a_new`` and its standard error.
+
+    The surrogate's denominator is a mean over the output-gradient rows :math:`z_t`
+    (in the ``U`` basis): :math:`(s^a)^\top[(U^\top\hat BU)\circ C]s^a = \tfrac1k\sum_t
+    f_t(a)`, :math:`f_t(a) = (z_t\circ s^a)^\top C (z_t\circ s^a)` (``C`` = the input factor
+    :math:`V^\top\hat\Sigma V`, treated as known). So the log-decrease gain
+    :math:`L = \log\Delta(a_{new}) - \log\Delta(a_{old}) = 2\log(n_{new}/n_{old}) -
+    \log(\bar f_{new}/\bar f_{old})` has, by the delta method over i.i.d. rows, the variance
+    :math:`\frac1{k(k-1)}\sum_t h_t^2` with :math:`h_t = f_t(a_{new})/\bar f_{new} -
+    f_t(a_{old})/\bar f_{old}` (whose mean is exactly 0). When one row carries both
+    denominators, :math:`h_t \approx 0` on it and this error is :math:`\approx 0`: a sample
+    cannot show its own variance, which is why the optimizer compares the gain with a
+    Student-t quantile at ``n_eff - 1`` degrees of freedom, ``n_eff`` Kish's effective number
+    of rows :math:`(\sum_t f_t)^2/\sum_t f_t^2`.
+
+    Args:
+        a_new, a_old: exponents in [0, 1].
+        s: ``(..., r)`` singular values of the scored direction.
+        Z: ``(..., k, r)`` output-gradient rows in the ``U`` basis (None: this process has no
+            rows, it only contributes zeros to ``reduce``).
+        C: ``(..., r, r)`` input factor.
+        d: alignments (None: ``s``).
+        reduce: sums a float64 tensor over processes (``torch.distributed``); None: one
+            process.
+
+    Returns:
+        ``(gain, standard error, n_eff)``; ``n_eff`` is the smaller Kish effective number of
+        rows :math:`(\sum_t f_t)^2/\sum_t f_t^2` of the two denominators. Gain and error
+        are NaN (and ``n_eff`` 0) when a denominator is 0 or not finite or fewer than 2 rows
+        were seen (nothing resolved).
+    """
+    red = reduce or (lambda t: t)
+    s64, C64 = s.to(torch.float64), C.to(torch.float64)
+    d64 = s64 if d is None else d.to(torch.float64)
+    w_new = (s64 / s64.amax(-1, keepdim=True)).pow(a_new)
+    w_old = (s64 / s64.amax(-1, keepdim=True)).pow(a_old)
+    n_new, n_old = (d64 * w_new).sum(), (d64 * w_old).sum()
+
+    def rows(w: Tensor) -> Tensor:
+        Y = Z.to(torch.float64) * w.unsqueeze(-2)  # (..., k, r): z_t o s^a
+        f = ((Y @ C64) * Y).sum(-1)  # (..., k)
+        return f.reshape(-1, f.shape[-1]).sum(0)  # a batched view sums its blocks per row
+
+    if Z is not None and Z.shape[-2] > 0:
+        f_new, f_old = rows(w_new), rows(w_old)
+        tot = torch.stack(
+            [
+                f_new.sum(),
+                f_old.sum(),
+                torch.tensor(float(f_new.numel()), dtype=torch.float64),
+                f_new.pow(2).sum(),
+                f_old.pow(2).sum(),
+            ]
+        )
+    else:
+        f_new = f_old = None
+        tot = torch.zeros(5, dtype=torch.float64)
+    tot = red(tot.to(torch.float64))
+    k = float(tot[2])
+    m_new, m_old = tot[0] / max(k, 1.0), tot[1] / max(k, 1.0)
+    good = k > 1 and bool(m_new > 0) and bool(m_old > 0) and bool(n_new != 0)
+    good = good and bool(n_old != 0) and bool(torch.isfinite(tot).all())
+    h2 = torch.zeros((), dtype=torch.float64)
+    if good and f_new is not None:
+        h2 = (f_new / m_new - f_old / m_old).pow(2).sum()
+    h2 = red(h2.reshape(1))[0]
+    if not good:
+        return math.nan, math.nan, 0.0
+    gain = float(2 * torch.log(n_new.abs() / n_old.abs()) - torch.log(m_new / m_old))
+    n_eff = min(float(tot[0] ** 2 / tot[3]), float(tot[1] ** 2 / tot[4]))
+    return gain, math.sqrt(float(h2) / (k * (k - 1))), n_eff
+
+
+@functools.lru_cache(maxsize=512)
+def t_quantile(q: float, df: int) -> float:
+    """Quantile ``q`` in (0.5, 1) of Student's t with ``df`` degrees of freedom.
+
+    Computed from the density by Simpson integration and bisection (no SciPy dependency);
+    accurate to about 1e-6 for df >= 1 and q <= 0.999. Cached (the optimizer asks for few
+    distinct ``df``).
+    """
+    if not 0.5 < q < 1.0 or df < 1:
+        raise ValueError(f"need 0.5 < q < 1 and df >= 1, got q={q}, df={df}")
+    logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def pdf(x: float) -> float:
+        return math.exp(logc - (df + 1) / 2 * math.log1p(x * x / df))
+
+    def cdf_upper(x: float) -> float:  # P(0 <= T <= x), x >= 0, on a sqrt-stretched grid
+        n = 2000
+        # substitute x = u^2 to resolve the peak at 0 and the slow tail alike
+        hu = math.sqrt(x) / n
+        tot = 0.0
+        for k in range(n + 1):
+            u = k * hu
+            w = 1 if k in (0, n) else (4 if k % 2 else 2)
+            tot += w * pdf(u * u) * 2 * u
+        return tot * hu / 3
+
+    target = q - 0.5
+    lo, hi = 0.0, 1.0
+    while cdf_upper(hi) < target:
+        hi *= 2
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if cdf_upper(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)

@@ -63,7 +63,18 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .criterion import RULES, alignment, choose_exponent, curvature_along, curvature_matrix
+from .criterion import (
+    RULES,
+    alignment,
+    choose_exponent,
+    curvature_along,
+    curvature_matrix,
+    ledoit_wolf_shrinkage,
+    moments_in_basis,
+    shrink_to_identity,
+    switch_gain,
+    t_quantile,
+)
 from .fractional import METHODS, SCALES, check_exponent, fractional_update, schatten_p, svd_factors
 from .routing import VIEWS, matrix_shape, scan_module
 from .stats import ActivationCollector
@@ -73,6 +84,7 @@ __all__ = ["AdaptiveLMO"]
 PRECONDITIONERS = (None, "adam")
 STATS = ("same_batch", "next_batch")
 CURVATURES = ("input", "kfac")
+SHRINKAGES = ("ledoit_wolf", "none")
 ADJUST_LR = (None, "original", "match_rms_adamw", "spectral_unclamped")
 
 
@@ -120,6 +132,11 @@ def _validate_lmo(g: dict[str, Any]) -> None:
         raise ValueError(f"adjust_lr_fn must be one of {ADJUST_LR}, got {g['adjust_lr_fn']!r}")
     if g.get("curvature", "kfac") not in CURVATURES:
         raise ValueError(f"curvature must be one of {CURVATURES}, got {g['curvature']!r}")
+    sc = g.get("switch_confidence", 0.0)
+    if not (isinstance(sc, int | float) and not isinstance(sc, bool) and (sc == 0 or 0.5 < sc < 1)):
+        raise ValueError(f"switch_confidence must be 0 (off) or in (0.5, 1), got {sc!r}")
+    if g.get("shrinkage", "none") not in SHRINKAGES:
+        raise ValueError(f"shrinkage must be one of {SHRINKAGES}, got {g['shrinkage']!r}")
     if g.get("stats", "next_batch") not in STATS:
         raise ValueError(f"stats must be one of {STATS}, got {g['stats']!r}")
     if g.get("matrix_view", "auto") not in VIEWS:
@@ -175,6 +192,24 @@ class AdaptiveLMO(Optimizer):
             output gradients were not recorded falls back to ``"input"`` for that choice (with a
             warning). ``"input"``: the layer's output is read as the loss's (identity output
             Hessian), only input activations enter.
+        switch_confidence: the switch test (``curvature="kfac"``; 0 turns it off). When the
+            output factor rests on fewer effective rows than its dimension (Kish
+            :math:`n_{eff} < r` of the surrogate's per-row denominator terms), the exponent
+            changes only if the surrogate's log-gain exceeds the one-sided Student-t
+            quantile at this level (df :math:`\lfloor n_{eff}\rfloor - 1`; below 2 rows it
+            is kept) times its standard error over rows
+            (:func:`adaptive_lmo.criterion.switch_gain`); otherwise the layer keeps its
+            exponent (``geometry()`` source ``"kept: a = ... not resolved ..."``). Why: see
+            the README ("Too few effective rows").
+        shrinkage: how the output factor's estimate is regularised (``curvature="kfac"``).
+            ``"none"`` (default): the raw empirical second moment. ``"ledoit_wolf"``:
+            :math:`U^\top\hat B U` is shrunk towards its
+            trace-scaled identity by the Ledoit-Wolf weight computed from the same rows
+            (:func:`adaptive_lmo.criterion.ledoit_wolf_shrinkage`): close to 0 when many
+            rows agree, close to 1 when a few rows carry the estimate, in which case the
+            choice tends to the input-only criterion's (measured worse on ``image``).
+            ``geometry()`` reports the weight as ``"output_shrinkage"``. Why:
+            see the README ("Too few effective rows").
         method: ``"svd"`` or ``"iterative"`` (matmul-only fractional power).
         scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm),
             ``"spectral"`` (its spectral norm: no member steps further than Muon in any
@@ -226,6 +261,8 @@ class AdaptiveLMO(Optimizer):
         stats: str = "next_batch",
         criterion: str = "surrogate",
         curvature: str = "kfac",
+        shrinkage: str = "none",
+        switch_confidence: float = 0.975,
         method: str = "svd",
         scale: str = "polar",
         weight_decay: float = 0.0,
@@ -260,6 +297,8 @@ class AdaptiveLMO(Optimizer):
             "stats": stats,
             "criterion": criterion,
             "curvature": curvature,
+            "shrinkage": shrinkage,
+            "switch_confidence": switch_confidence,
             "method": method,
             "scale": scale,
             "weight_decay": weight_decay,
@@ -513,8 +552,10 @@ class AdaptiveLMO(Optimizer):
         """Each matrix layer's current exponent and where it came from.
 
         Returns:
-            ``{name: {"exponent", "schatten_p", "source", "steps", "matrix_shape"}}``;
-            ``exponent`` is None before the first step of an ``"auto"`` layer.
+            ``{name: {"exponent", "schatten_p", "source", "steps", "matrix_shape",
+            "output_shrinkage"}}``; ``exponent`` is None before the first step of an
+            ``"auto"`` layer; ``output_shrinkage`` is the Ledoit-Wolf weight of the last
+            K-FAC choice (mean over a batched view), None when there was none.
         """
         out: dict[str, dict[str, Any]] = {}
         for g in self.param_groups:
@@ -529,6 +570,7 @@ class AdaptiveLMO(Optimizer):
                     "source": st.get("source", "fixed" if g["exponent"] != "auto" else "none"),
                     "steps": st.get("step", 0),
                     "matrix_shape": matrix_shape(tuple(p.shape), self._view(p, g)),
+                    "output_shrinkage": st.get("output_shrinkage"),
                 }
         return out
 
@@ -549,7 +591,16 @@ class AdaptiveLMO(Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = dict(state_dict)
         rng = state_dict.pop("sketch_rng_state", None)
+        # torch.optim casts iterable state values element-wise, which turns a str into a
+        # generator: keep the "source" strings (the switch test reads them) and put them back
+        saved = state_dict.get("state", {})
+        sources = {k: v["source"] for k, v in saved.items() if isinstance(v.get("source"), str)}
+        ids = [i for g in state_dict.get("param_groups", []) for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
         super().load_state_dict(state_dict)
+        for i, p in zip(ids, params, strict=False):
+            if i in sources and p in self.state:
+                self.state[p]["source"] = sources[i]
         if rng is not None:
             self._collector.generator.set_state(rng)
         self._refresh_due()
@@ -700,11 +751,12 @@ class AdaptiveLMO(Optimizer):
             s, Vh, U = f.s, f.Vh, f.U
             d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
         it["crit"] = (s, d)
-        it["c"], it["b"] = None, None
+        it["c"], it["b"], it["bq"] = None, None, None
         r = s.shape[-1]
         # shapes every rank agrees on (for the all-reduce), whatever it recorded
         it["c_shape"] = (*s.shape, r) if kfac else (s.numel(),)
         it["b_shape"] = (*s.shape, r) if kfac else None
+        it["bq_shape"] = (*s.shape[:-1], 2) if kfac else None
         if X is None:
             return
         if X.shape[-1] != it["shape"][-1]:
@@ -723,7 +775,9 @@ class AdaptiveLMO(Optimizer):
                     f"{Gout.shape[-1]} columns, the matrix view {it['shape']} needs "
                     f"{it['shape'][-2]}"
                 )
-            it["b"] = curvature_matrix(U.mT, Gout.to(U.dtype))
+            it["b"], q, k = moments_in_basis(U.mT, Gout.to(U.dtype))
+            it["bz"] = Gout.to(U.dtype) @ U  # the rows in the U basis, for the switch test
+            it["bq"] = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
 
     def _keep_factors(self, it: dict[str, Any]) -> None:
         """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
@@ -751,7 +805,7 @@ class AdaptiveLMO(Optimizer):
         ):
             return
         dev = due[0]["P"].device
-        slots = [(it, k) for it in due for k in ("c", "b") if it[f"{k}_shape"] is not None]
+        slots = [(it, k) for it in due for k in ("c", "b", "bq") if it[f"{k}_shape"] is not None]
         flats, flags, bad = [], [], []
         for it, k in slots:
             t, shape = it[k], it[f"{k}_shape"]
@@ -778,7 +832,11 @@ class AdaptiveLMO(Optimizer):
             if float(bd[j]) > 0:
                 it[k] = torch.full_like(seg, math.nan).to(dtype)
             elif float(fl[j]) > 0:
-                it[k] = (seg / fl[j]).to(dtype)
+                seg = seg / fl[j]
+                if k == "bq":  # (mean of |z|^4, rows): the row counts add up over ranks
+                    seg = torch.stack([seg[..., 0], seg[..., 1] * fl[j]], dim=-1)
+                    dtype = torch.float64
+                it[k] = seg.to(dtype)
             else:
                 it[k] = None
 
@@ -817,7 +875,14 @@ class AdaptiveLMO(Optimizer):
                         "output did not require grad or no backward ran); using input statistics",
                     )
             else:
-                curv, how = it["b"] * curv, ", kfac"
+                b = it["b"]
+                if it.get("bq") is not None:
+                    bq = it["bq"]
+                    rho = ledoit_wolf_shrinkage(b, bq[..., 0], bq[..., 1])
+                    st["output_shrinkage"] = float(rho.mean())
+                    if g.get("shrinkage", "none") == "ledoit_wolf":
+                        b = shrink_to_identity(b, rho)
+                curv, how = b * curv, ", kfac"
         try:
             a = choose_exponent(s, curv, d, rule=g["criterion"])
         except ValueError as e:
@@ -825,8 +890,48 @@ class AdaptiveLMO(Optimizer):
             st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
             self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
             return
+        z = g.get("switch_confidence", 0.0)
+        old = st.get("exponent")
+        if (
+            z > 0
+            and how == ", kfac"
+            and old is not None
+            and st.get("source", "").startswith(("criterion", "kept"))
+            and a != old
+        ):
+            # too few effective rows for the r x r output factor: change only when the
+            # surrogate's gain is resolved against its row-sampling error (README)
+            gain, se, n_eff = switch_gain(
+                a, old, s, it.get("bz"), it["c"], d, reduce=self._reducer(it["P"].device)
+            )
+            if not n_eff >= s.shape[-1]:  # NaN (nothing resolved) is tested, and kept
+                df = math.floor(n_eff) - 1 if math.isfinite(n_eff) else 0
+                thr = t_quantile(z, df) * se if df >= 1 else math.inf
+                if not gain > thr:
+                    st["source"] = (
+                        f"kept: a = {a:.3f} not resolved at step {st['step']} (n_eff "
+                        f"{n_eff:.3g} < r = {s.shape[-1]}; log-gain {gain:.3g}, s.e. {se:.3g})"
+                    )
+                    return
         st["exponent"] = a
         st["source"] = f"criterion ({g['criterion']}{how})"
+
+    def _reducer(self, device: torch.device) -> Callable[[Tensor], Tensor] | None:
+        """Sum over ``torch.distributed`` ranks (None for one process or ``sync_stats=False``)."""
+        if not (
+            self.sync_stats
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size() > 1
+        ):
+            return None
+
+        def red(t: Tensor) -> Tensor:
+            t = t.to(device)
+            dist.all_reduce(t)
+            return t.cpu()
+
+        return red
 
     def _apply(self, it: dict[str, Any]) -> None:
         p, g = it["p"], it["g"]

@@ -21,6 +21,7 @@ from torch import nn
 
 from shared_core.experiment import line_plot, progress, seed_everything
 
+from ..criterion import t_quantile
 from ..optim import AdaptiveLMO
 from ..routing import scan_module
 
@@ -177,6 +178,7 @@ class SweepResult:
     test_mean: dict[str, float]
     test_std: dict[str, float]
     higher_is_better: bool
+    grids: dict[str, list[float]] = field(default_factory=dict)  # the lrs actually run
 
 
 def log_grid(lo: float, hi: float, k: int) -> list[float]:
@@ -210,17 +212,54 @@ def sweep(
     *,
     higher_is_better: bool,
     desc: str,
+    extend: int = 0,
 ) -> SweepResult:
-    """Run ``train_one(optimizer, lr, seed)`` over every grid point and seed; pick lrs on val."""
-    jobs = [(o, lr, s) for o, lrs in grids.items() for lr in lrs for s in range(seeds)]
+    """Run ``train_one(optimizer, lr, seed)`` over every grid point and seed; pick lrs on val.
+
+    Edge rule (``extend`` > 0): when an optimizer's selected lr is the smallest or largest
+    point of its grid (of >= 2 log-spaced points), one more point is added beyond that edge at
+    the grid's own log spacing (so every grid keeps its points per decade), trained on every
+    seed, and the lr is selected again; at most ``extend`` points per optimizer. The grids
+    actually run are in ``SweepResult.grids``; an lr still at an edge after that is reported by
+    :func:`grid_edges`.
+    """
     runs: dict[str, dict[float, list[RunOutput]]] = {o: {} for o in grids}
-    for o, lr, s in progress(jobs, desc=desc):
-        seed_everything(s)
-        runs[o].setdefault(lr, []).append(train_one(o, lr, s))
+    grids = {o: sorted(g) for o, g in grids.items()}
+
+    def run_jobs(jobs: list[tuple[str, float, int]]) -> None:
+        for o, lr, s in progress(jobs, desc=desc):
+            seed_everything(s)
+            runs[o].setdefault(lr, []).append(train_one(o, lr, s))
+
+    def select(o: str) -> float:
+        by_lr = runs[o]
+        scores = {lr: _score([r.val for r in rs], higher_is_better) for lr, rs in by_lr.items()}
+        return max(scores, key=scores.get) if higher_is_better else min(scores, key=scores.get)
+
+    run_jobs([(o, lr, s) for o, lrs in grids.items() for lr in lrs for s in range(seeds)])
+    added = dict.fromkeys(grids, 0)
+    while True:
+        jobs = []
+        for o, g in grids.items():
+            if len(g) < 2 or added[o] >= extend:
+                continue
+            pick = select(o)
+            if pick == g[0]:
+                new = float(f"{g[0] * g[0] / g[1]:.3g}")
+                g.insert(0, new)
+            elif pick == g[-1]:
+                new = float(f"{g[-1] * g[-1] / g[-2]:.3g}")
+                g.append(new)
+            else:
+                continue
+            added[o] += 1
+            jobs += [(o, new, s) for s in range(seeds)]
+        if not jobs:
+            break
+        run_jobs(jobs)
     best_lr, mean, std = {}, {}, {}
     for o, by_lr in runs.items():
-        scores = {lr: _score([r.val for r in rs], higher_is_better) for lr, rs in by_lr.items()}
-        pick = max(scores, key=scores.get) if higher_is_better else min(scores, key=scores.get)
+        pick = select(o)
         best_lr[o] = pick
         tests = [r.test for r in by_lr[pick]]
         if all(math.isfinite(v) for v in tests):
@@ -228,7 +267,7 @@ def sweep(
             std[o] = statistics.stdev(tests) if len(tests) > 1 else 0.0
         else:  # every lr diverged on some seed
             mean[o], std[o] = (-math.inf if higher_is_better else math.inf), math.nan
-    return SweepResult(runs, best_lr, mean, std, higher_is_better)
+    return SweepResult(runs, best_lr, mean, std, higher_is_better, grids)
 
 
 def verdict(res: SweepResult) -> tuple[bool, str, float]:
@@ -302,43 +341,6 @@ def plot_exponents(
         xlabel="step",
         ylabel="a (0: Muon, 1: SGD)",
     )
-
-
-def t_quantile(q: float, df: int) -> float:
-    """Quantile ``q`` in (0.5, 1) of Student's t with ``df`` degrees of freedom.
-
-    Computed from the density by Simpson integration and bisection (no SciPy dependency);
-    accurate to about 1e-6 for df >= 1 and q <= 0.999.
-    """
-    if not 0.5 < q < 1.0 or df < 1:
-        raise ValueError(f"need 0.5 < q < 1 and df >= 1, got q={q}, df={df}")
-    logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def pdf(x: float) -> float:
-        return math.exp(logc - (df + 1) / 2 * math.log1p(x * x / df))
-
-    def cdf_upper(x: float) -> float:  # P(0 <= T <= x), x >= 0, on a sqrt-stretched grid
-        n = 2000
-        # substitute x = u^2 to resolve the peak at 0 and the slow tail alike
-        hu = math.sqrt(x) / n
-        tot = 0.0
-        for k in range(n + 1):
-            u = k * hu
-            w = 1 if k in (0, n) else (4 if k % 2 else 2)
-            tot += w * pdf(u * u) * 2 * u
-        return tot * hu / 3
-
-    target = q - 0.5
-    lo, hi = 0.0, 1.0
-    while cdf_upper(hi) < target:
-        hi *= 2
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if cdf_upper(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 @dataclass

@@ -6,6 +6,13 @@ Data: ``sklearn.datasets.load_digits`` (1797 images, 64 pixels, 10 classes), pix
 :mod:`adaptive_lmo.experiments._common`: per-optimizer lr grids, lr chosen on validation
 accuracy over seeds, test accuracy reported (mean, std).
 
+Learning-rate grids: every optimizer's grid has the same number of log-spaced points per
+decade (``grid`` points over a factor 30, i.e. ``(grid - 1) / log10(30)`` per decade); when a
+selected lr is an end point of its grid, the grid is extended by one point beyond that end at
+the same spacing and the lr selected again (on validation), up to ``extend`` points per
+optimizer (:func:`adaptive_lmo.experiments._common.sweep`); ``lr_at_grid_edge`` lists any
+optimizer still at an edge after that (empty: every selected lr is interior).
+
 ``holds``: AdaptiveLMO's mean test accuracy is at least the better of Muon's and AdamW's minus
 0.5 percentage points. Needs scikit-learn (the ``data`` extra).
 
@@ -32,6 +39,7 @@ from ._common import (
     curvature_ablation,
     default_grids,
     final_exponents,
+    grid_edges,
     log_grid,
     markdown_table,
     plot_exponents,
@@ -60,8 +68,8 @@ def load(seed: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
 
 def config(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"h": 32, "steps": 150, "batch": 64, "seeds": 3, "grid": 3}
-    return {"h": 128, "steps": 1500, "batch": 128, "seeds": 5, "grid": 6}
+        return {"h": 32, "steps": 150, "batch": 64, "seeds": 3, "grid": 3, "extend": 3}
+    return {"h": 128, "steps": 1500, "batch": 128, "seeds": 5, "grid": 6, "extend": 3}
 
 
 def grids(k: int) -> dict[str, list[float]]:  # module attribute: the tests shrink it
@@ -99,7 +107,15 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
             **kw,
         )
 
-    res = sweep(train_one, grids(cfg["grid"]), cfg["seeds"], higher_is_better=True, desc="image")
+    res = sweep(
+        train_one,
+        grids(cfg["grid"]),
+        cfg["seeds"],
+        higher_is_better=True,
+        desc="image",
+        extend=cfg.get("extend", 0),
+    )
+    edges = grid_edges(res, res.grids)
     holds, best_base, best_val = verdict(res)
     lr_a = res.best_lr["AdaptiveLMO"]
     runs_a = res.runs["AdaptiveLMO"][lr_a]
@@ -139,11 +155,15 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         **abl_metrics,
         **curv_metrics,
         **extra_metrics,
+        **{f"lr_grid[{o}]": g for o, g in res.grids.items()},
+        "lr_at_grid_edge": edges,
         "config": cfg,
     }
     summary = [
         f"MLP 64->{cfg['h']}->{cfg['h']}->10 on digits, {cfg['steps']} steps, "
-        f"{cfg['seeds']} seeds, lr grids of {cfg['grid']} (selected on val accuracy).",
+        f"{cfg['seeds']} seeds, lr grids of {cfg['grid']} points, extended at an edge up to "
+        f"{cfg.get('extend', 0)} points (selected on val accuracy); lr at a grid edge: "
+        + (", ".join(edges) or "none"),
         "",
         *markdown_table(rows),
         "",
