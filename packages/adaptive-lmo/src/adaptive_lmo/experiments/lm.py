@@ -17,6 +17,10 @@ with a warning.) With the weights copied over, the block computes exactly what
 ``nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0, norm_first=True)`` computes under a
 causal mask (tested).
 
+Learning rates: every optimizer has its own log-spaced grid; when the lr selected on validation
+is an end point of its grid, the grid is extended beyond that end at its own spacing and the
+lr selected again, up to ``extend`` points per optimizer (the ``image`` rule).
+
 ``holds``: AdaptiveLMO's mean test loss is at most 1.02 times the better of Muon's and AdamW's.
 Not judged: AdaptiveLMO at the fixed exponent 0 (:data:`A0`, the exact-polar Muon corner with
 the same routing, momentum and shape factor) and with same-batch statistics, each compared with
@@ -41,6 +45,7 @@ from ._common import (
     SAME_BATCH,
     curvature_ablation,
     final_exponents,
+    grid_edges,
     log_grid,
     markdown_table,
     paired_log_ratio,
@@ -169,6 +174,7 @@ def config(quick: bool) -> dict[str, Any]:
             "batch": 32,
             "seeds": 3,
             "grid": 3,
+            "extend": 3,
         }
     return {
         "V": 64,
@@ -180,6 +186,7 @@ def config(quick: bool) -> dict[str, Any]:
         "batch": 64,
         "seeds": 3,
         "grid": 5,
+        "extend": 3,
     }
 
 
@@ -220,7 +227,15 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
             **kw,
         )
 
-    res = sweep(train_one, grids(cfg["grid"]), cfg["seeds"], higher_is_better=False, desc="lm")
+    res = sweep(
+        train_one,
+        grids(cfg["grid"]),
+        cfg["seeds"],
+        higher_is_better=False,
+        desc="lm",
+        extend=cfg.get("extend", 0),
+    )
+    edges = grid_edges(res, res.grids)
     holds, best_base, best_val = verdict(res)
     runs_a = res.runs["AdaptiveLMO"][res.best_lr["AdaptiveLMO"]]
     plot_exponents(
@@ -239,6 +254,8 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
         "better_baseline": best_base,
         "ratio_to_better_baseline": res.test_mean["AdaptiveLMO"] / best_val,
+        "lr_grids": res.grids,
+        "lr_at_grid_edge": edges,
         **abl_metrics,
         "auto_vs_a0_log_ratio_per_seed": vs_a0.per_seed,
         "auto_vs_a0_log_ratio_mean": vs_a0.mean,
@@ -248,7 +265,9 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
     }
     summary = [
         f"Tiny LM (V={cfg['V']}, T={cfg['T']}, d={cfg['d']}, {cfg['layers']} block(s)), "
-        f"{cfg['steps']} steps, {cfg['seeds']} seeds, lr grids of {cfg['grid']}.",
+        f"{cfg['steps']} steps, {cfg['seeds']} seeds, lr grids of {cfg['grid']} points, "
+        f"extended at an edge up to {cfg.get('extend', 0)} points (selected on val loss); "
+        "lr at a grid edge: " + (", ".join(edges) or "none") + ".",
         "",
         *markdown_table(rows),
         "",

@@ -25,6 +25,8 @@ and AdaptiveLMO ("auto", every 10 steps), plus ablations inside the AdaptiveLMO 
 same options: fixed a = 0 and a = 1 (the two corners), a = 0.5 for both layers, and the
 per-layer grid-best fixed exponents from phase 1. Every entry has its own lr grid; the lr is
 chosen on mean validation MSE over seeds; seeds pair initialisation, data order and problem.
+In phase 2 a grid whose selected lr is an end point is extended beyond it at its own spacing, up
+to ``extend`` points per entry (the ``image`` rule).
 
 ``holds`` (computed): (i) the scenario is meaningful, i.e. the best geometry differs per
 layer in phase 1, stated statistically: layer A's test MSE at a = 0 is higher than at a = 1
@@ -130,6 +132,7 @@ def config(quick: bool) -> dict[str, Any]:
             "grid": 3,
             "alone_exponents": [0.0, 0.5, 1.0],
             "alone_seeds": 4,
+            "extend": 3,
         }
     return {
         **base,
@@ -140,6 +143,7 @@ def config(quick: bool) -> dict[str, Any]:
         "grid": 5,
         "alone_exponents": [0.0, 0.25, 0.5, 0.75, 1.0],
         "alone_seeds": 4,
+        "extend": 3,
     }
 
 
@@ -258,7 +262,14 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         return fit(model, name, lr, seed)
 
     g2 = grids(cfg["grid"])
-    res = sweep(train_one, g2, cfg["seeds"], higher_is_better=False, desc="teacher-student")
+    res = sweep(
+        train_one,
+        g2,
+        cfg["seeds"],
+        higher_is_better=False,
+        desc="teacher-student",
+        extend=cfg.get("extend", 0),
+    )
     comps: list[PairedComparison] = [paired_log_ratio(res, "AdaptiveLMO", b) for b in BASELINES]
     context = [
         paired_log_ratio(res, "AdaptiveLMO", b)
@@ -310,7 +321,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         }
         for c in comps + context
     ]
-    edges = grid_edges(res, g2)
+    edges = grid_edges(res, res.grids)
     metrics: dict[str, Any] = {
         **sweep_metrics(res, "mse"),
         **{f"final_exponent[{k}]": v for k, v in final_exp.items()},
