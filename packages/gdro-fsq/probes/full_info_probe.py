@@ -16,37 +16,24 @@ import sys
 import time
 
 import torch
+from _instance import instance
 
 from gdro_fsq.experiments.synthetic import run_method
 from gdro_fsq.optim import GDROFSQ, OneSampleBandit, SMDFullInfo
-from gdro_fsq.oracle import gdro_optimum, make_grouped_logistic
 from gdro_fsq.schedules import ConstantSize
 
 
 def main() -> None:
     torch.set_num_threads(1)
     which = sys.argv[1]
-    if which == "synthetic":
-        m = int(sys.argv[2])
-        n_seeds = int(sys.argv[3]) if len(sys.argv) > 3 else 6
-        prob = make_grouped_logistic(m, 5, 40, radius=3.0, noise=0.1, seed=0)
-        theta_star, value = gdro_optimum(prob)
-        init = -theta_star / theta_star.norm() * prob.radius
-    else:
-        from gdro_fsq.experiments.real import load_digits_parity
-
-        n_seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-        prob, _ = load_digits_parity(0)
-        m = prob.n_groups
-        _, value = gdro_optimum(prob)
-        init = torch.zeros(prob.dim, dtype=torch.float64)
+    prob, value, init, m, k = instance(sys.argv)
+    n_seeds = int(sys.argv[k]) if len(sys.argv) > k else 6
     budget = int(os.environ.get("PROBE_BUDGET", "6000"))
     seed0 = int(os.environ.get("PROBE_SEED0", "0"))
     f, d, g = prob.loss_fn, prob.radius, prob.grad_bound
     c = math.sqrt(2) * d / g
     T = budget // m
-    k = 4 if which == "synthetic" else 3
-    only = sys.argv[k].split(",") if len(sys.argv) > k else None
+    only = sys.argv[k + 1].split(",") if len(sys.argv) > k + 1 else None
 
     def smd(**kw):
         return lambda p, gen: SMDFullInfo(p, f, m, kw.pop("lr", c), radius=d, generator=gen, **kw)

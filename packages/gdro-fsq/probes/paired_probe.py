@@ -22,10 +22,10 @@ import sys
 import time
 
 import torch
+from _instance import instance
 
 from gdro_fsq.experiments.synthetic import run_method
 from gdro_fsq.optim import GDROFSQ
-from gdro_fsq.oracle import gdro_optimum, make_grouped_logistic
 from gdro_fsq.schedules import ConstantSize
 
 #: extra variants (``PROBE_EXTRA=1``): name -> (class, keyword arguments, r).
@@ -61,20 +61,7 @@ def paired_summary(gaps: list[float], base: list[float]) -> str:
 def main() -> None:
     torch.set_num_threads(1)
     which = sys.argv[1]
-    if which == "synthetic":
-        m = int(sys.argv[2])
-        k = 3
-        prob = make_grouped_logistic(m, 5, 40, radius=3.0, noise=0.1, seed=0)
-        theta_star, value = gdro_optimum(prob)
-        init = -theta_star / theta_star.norm() * prob.radius
-    else:
-        from gdro_fsq.experiments.real import load_digits_parity
-
-        k = 2
-        prob, _ = load_digits_parity(0)
-        m = prob.n_groups
-        _, value = gdro_optimum(prob)
-        init = torch.zeros(prob.dim, dtype=torch.float64)
+    prob, value, init, m, k = instance(sys.argv)
     n_seeds = int(sys.argv[k])
     only = sys.argv[k + 1].split(",") if len(sys.argv) > k + 1 else None
     budget = int(os.environ.get("PROBE_BUDGET", "6000"))
