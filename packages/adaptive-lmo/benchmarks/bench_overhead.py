@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update-every", type=int, default=10)
     ap.add_argument("--stats", default="next_batch", choices=["next_batch", "same_batch"])
     ap.add_argument("--curvature", default="kfac", choices=["kfac", "input"])
+    ap.add_argument("--switch-confidence", type=float, default=0.975, help="0 turns the test off")
     args = ap.parse_args(argv)
     widths = [256] if args.quick else [512, 1024]
     repeats = 5 if args.quick else 10
@@ -94,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         y = torch.randint(0, 10, (256,), device=args.device)
         m_c, m_b = copy.deepcopy(base_model), copy.deepcopy(base_model)
         kw = {"lr": 0.02, "method": args.method, "update_every": k, "stats": args.stats}
-        o_c = AdaptiveLMO(m_c, exponent="auto", curvature=args.curvature, **kw)
+        o_c = AdaptiveLMO(
+            m_c,
+            exponent="auto",
+            curvature=args.curvature,
+            switch_confidence=args.switch_confidence,
+            **kw,
+        )
         o_b = AdaptiveLMO(m_b, exponent=0.0, **kw)
         r = compare(
             steps_fn(m_c, o_c, x, y, k),
