@@ -193,6 +193,32 @@ def test_lm_corpus_is_markov_and_offline():
     assert torch.equal(lm.make_corpus(5, 7, 20, 0)["test"][0], d["test"][0])
 
 
+def test_lm_text_corpus_decodes_to_the_bundled_text():
+    from pydoc_data.topics import topics
+
+    from adaptive_lmo.experiments import lm
+
+    text = "\n".join(topics[k] for k in sorted(topics))
+    vocab = sorted(set(text))
+    d, V = lm.make_text_corpus(11, 37, 3)
+    assert len(vocab) == V
+    n = len(text)
+    for name, m, (lo, hi) in (
+        ("train", 37, (0, int(0.8 * n))),
+        ("val", 9, (int(0.8 * n), int(0.9 * n))),
+        ("test", 9, (int(0.9 * n), n)),
+    ):
+        x, y = d[name]
+        assert x.shape == y.shape == (m, 11)
+        assert torch.equal(x[:, 1:], y[:, :-1])
+        for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
+            window = "".join(vocab[i] for i in row_x + row_y[-1:])
+            # each window lies inside its own split of the text (splits hold different topics)
+            assert window in text[lo:hi]
+    again, _ = lm.make_text_corpus(11, 37, 3)
+    assert torch.equal(again["test"][0], d["test"][0])
+
+
 def test_verdict_is_computed_from_the_numbers():
     def fake(means, higher):
         return _common.SweepResult({o: {} for o in means}, {}, means, {}, higher)
