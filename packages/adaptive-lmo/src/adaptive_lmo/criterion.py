@@ -82,6 +82,7 @@ __all__ = [
     "ledoit_wolf_shrinkage",
     "loglog_exponent",
     "moments_in_basis",
+    "row_moments",
     "shrink_to_identity",
     "surrogate_decrease",
     "surrogate_exponent",
@@ -151,9 +152,17 @@ def moments_in_basis(Q: Tensor, R: Tensor) -> tuple[Tensor, Tensor, int]:
     """
     if R.shape[-1] != Q.shape[-1]:
         raise ValueError(f"rows have {R.shape[-1]} columns but the basis has {Q.shape[-1]}")
-    if R.shape[-2] == 0:
+    return row_moments(R.to(Q.dtype) @ Q.mT)
+
+
+def row_moments(Z: Tensor) -> tuple[Tensor, Tensor, int]:
+    r""":func:`moments_in_basis` of rows already in the basis, :math:`z_t` (``(..., k, r)``).
+
+    For callers that keep ``Z`` itself (the switch test reads the rows), so the product with
+    the basis is formed once.
+    """
+    if Z.shape[-2] == 0:
         raise ValueError("no rows: the layer saw no activations or gradients")
-    Z = R.to(Q.dtype) @ Q.mT
     k = Z.shape[-2]
     return Z.mT @ Z / k, Z.to(torch.float64).pow(2).sum(-1).pow(2).mean(-1), k
 

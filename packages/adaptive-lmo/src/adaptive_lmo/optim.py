@@ -70,7 +70,7 @@ from .criterion import (
     curvature_along,
     curvature_matrix,
     ledoit_wolf_shrinkage,
-    moments_in_basis,
+    row_moments,
     shrink_to_identity,
     switch_gain,
     t_quantile,
@@ -775,8 +775,9 @@ class AdaptiveLMO(Optimizer):
                     f"{Gout.shape[-1]} columns, the matrix view {it['shape']} needs "
                     f"{it['shape'][-2]}"
                 )
-            it["b"], q, k = moments_in_basis(U.mT, Gout.to(U.dtype))
-            it["bz"] = Gout.to(U.dtype) @ U  # the rows in the U basis, for the switch test
+            # the rows in the U basis: the factor's moments and the switch test's rows
+            it["bz"] = Gout.to(U.dtype) @ U
+            it["b"], q, k = row_moments(it["bz"])
             it["bq"] = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
 
     def _keep_factors(self, it: dict[str, Any]) -> None:
