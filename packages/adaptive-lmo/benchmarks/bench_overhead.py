@@ -44,9 +44,28 @@ def mlp(width: int, depth: int, device: str) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 10)).to(device)
 
 
-def steps_fn(model: nn.Module, opt: AdaptiveLMO, x: torch.Tensor, y: torch.Tensor, k: int):
+class Batches:
+    """Fresh random batches (Gaussian inputs, uniform labels of 10 classes) from a seeded stream.
+
+    Not one fixed batch: a fixed batch is memorised within about 50 steps, after which the
+    gradients underflow, the criterion is skipped and float32 denormals slow every kernel, a
+    regime real training never times. Random labels keep the loss near log 10 for good.
+    """
+
+    def __init__(self, width: int, device: str, seed: int = 0, batch: int = 256) -> None:
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.width, self.device, self.batch = width, device, batch
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(self.batch, self.width, generator=self.gen, device=self.device)
+        y = torch.randint(0, 10, (self.batch,), generator=self.gen, device=self.device)
+        return x, y
+
+
+def steps_fn(model: nn.Module, opt: AdaptiveLMO, batches: Batches, k: int):
     def run() -> None:
         for _ in range(k):
+            x, y = batches()
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
             opt.step()
@@ -83,16 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stats", default="next_batch", choices=["next_batch", "same_batch"])
     ap.add_argument("--curvature", default="kfac", choices=["kfac", "input"])
     ap.add_argument("--switch-confidence", type=float, default=0.975, help="0 turns the test off")
+    ap.add_argument("--repeats", type=int, default=None, help="default 5 (--quick) or 10")
     args = ap.parse_args(argv)
     widths = [256] if args.quick else [512, 1024]
-    repeats = 5 if args.quick else 10
+    repeats = args.repeats or (5 if args.quick else 10)
     k = args.update_every
     results = []
     extra = []
     for width in widths:
         base_model = mlp(width, 3, args.device)
-        x = torch.randn(256, width, device=args.device)
-        y = torch.randint(0, 10, (256,), device=args.device)
+        # one stream per arm, same seed: both see the same batches
+        b_c, b_b = Batches(width, args.device), Batches(width, args.device)
         m_c, m_b = copy.deepcopy(base_model), copy.deepcopy(base_model)
         kw = {"lr": 0.02, "method": args.method, "update_every": k, "stats": args.stats}
         o_c = AdaptiveLMO(
@@ -104,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         o_b = AdaptiveLMO(m_b, exponent=0.0, **kw)
         r = compare(
-            steps_fn(m_c, o_c, x, y, k),
-            steps_fn(m_b, o_b, x, y, k),
+            steps_fn(m_c, o_c, b_c, k),
+            steps_fn(m_b, o_b, b_b, k),
             name=f"adaptive_vs_muon_w{width}_k{k}_{args.method}",
             repeats=repeats,
             warmup=1,
@@ -121,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         results.append(r)
         if args.device == "cpu":
-            cpu = cpu_time_ratios(steps_fn(m_c, o_c, x, y, k), steps_fn(m_b, o_b, x, y, k), repeats)
+            cpu = cpu_time_ratios(steps_fn(m_c, o_c, b_c, k), steps_fn(m_b, o_b, b_b, k), repeats)
             extra.append({"name": f"cpu_time_adaptive_vs_muon_w{width}_k{k}", **cpu})
             print(
                 f"w={width}: CPU-time ratio {cpu['cpu_time_ratio_median']:.3f} "
@@ -140,17 +160,18 @@ def main(argv: list[str] | None = None) -> int:
             return choose_exponent(f.s, curvature_along(f.Vh, X))
 
         crit = time_fn(criterion, repeats=repeats, device=args.device)
-        step = time_fn(steps_fn(m_b, o_b, x, y, 1), repeats=repeats, device=args.device)
+        step = time_fn(steps_fn(m_b, o_b, b_b, 1), repeats=repeats, device=args.device)
         t0 = time.process_time()
         for _ in range(repeats):
             criterion()
         crit_cpu = (time.process_time() - t0) / repeats
         t0 = time.process_time()
-        steps_fn(m_b, o_b, x, y, repeats)()
+        steps_fn(m_b, o_b, b_b, repeats)()
         step_cpu = (time.process_time() - t0) / repeats
         # sketch memory on a criterion step (forward and backward done, step not yet taken)
         while o_c._collector.due == set():  # advance to a criterion step
-            steps_fn(m_c, o_c, x, y, 1)()
+            steps_fn(m_c, o_c, b_c, 1)()
+        x, y = b_c()
         o_c.zero_grad()
         F.cross_entropy(m_c(x), y).backward()
         sketch = o_c.stats_nbytes()

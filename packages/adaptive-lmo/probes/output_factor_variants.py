@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from adaptive_lmo.experiments.lm import (
+    ONE_STEP_CFG,
     _real_decrease,
     checkpoint_directions,
-    config,
     lm_loss,
     make_corpus,
 )
@@ -26,7 +26,7 @@ from adaptive_lmo.fractional import fractional_update, svd_factors
 
 torch.set_num_threads(1)
 
-cfg = config(True)
+cfg = ONE_STEP_CFG
 data = make_corpus(cfg["V"], cfg["T"], cfg["n"], 0)
 val = tuple(t.clone() for t in data["val"])
 X, Y = data["train"]

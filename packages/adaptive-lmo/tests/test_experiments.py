@@ -253,10 +253,12 @@ def test_t_quantile_against_closed_forms():
         _common.t_quantile(0.4, 3)
 
 
-def test_t_quantile_against_scipy():
-    stats = pytest.importorskip("scipy.stats")
-    for df in (3, 4, 7, 19):
-        assert _common.t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-6)
+def test_t_quantile_df4_closed_form():
+    # df = 4: t = 2 sqrt(c - 1), c = cos(arccos(sqrt(a)) / 3) / sqrt(a), a = 4 q (1 - q)
+    for q in (0.55, 0.8, 0.975, 0.999):
+        a = 4 * q * (1 - q)
+        c = math.cos(math.acos(math.sqrt(a)) / 3) / math.sqrt(a)
+        assert _common.t_quantile(q, 4) == pytest.approx(2 * math.sqrt(c - 1), rel=1e-9)
 
 
 def _fake_sweep(tests_by_opt):

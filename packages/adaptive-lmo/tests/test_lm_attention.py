@@ -265,3 +265,14 @@ def test_fixed_exponents_need_the_module():
     model = TinyLM(5, 4, 6, 1)
     with pytest.raises(ValueError, match=r"nn\.Module"):
         AdaptiveLMO(model.parameters(), exponent=0.5, fixed_exponents={"x": 0.0})
+
+
+def test_lm_text_configs_make_one_pass_over_their_windows():
+    # the rule fixed before the quick and default runs: n = steps * batch in every mode
+    from adaptive_lmo.experiments import lm
+
+    for cfg in (lm.config(True), lm.config(False), lm.config(False, full=True)):
+        assert cfg["corpus"] == "text"
+        assert cfg["n"] == cfg["steps"] * cfg["batch"]
+        data, _ = lm.make_text_corpus(cfg["T"], 64, 0, n_eval=cfg["n_eval"])
+        assert data["val"][0].shape == data["test"][0].shape == (cfg["n_eval"], cfg["T"])

@@ -27,8 +27,9 @@ Family. For :math:`D_a = U\,\mathrm{diag}(s^a)\,V^\top` built from the SVD of th
 so :math:`\Delta(a) = (\sum_i d_i s_i^a)^2 / (2\sum_i s_i^{2a} c_i)`: a scalar function of ``a``
 that needs only ``s``, ``d`` and the activation energy ``c`` along the right singular vectors.
 
-Rules. ``"surrogate"`` maximises :math:`\Delta(a)` on [0, 1] (129-point grid, then a parabola
-through the best point and its neighbours). ``"loglog"`` is the closed form: by Cauchy-Schwarz
+Rules. ``"surrogate"`` maximises :math:`\Delta(a)` on [0, 1] (129-point grid searched coarse
+to fine, then a parabola through the best point and its neighbours). ``"loglog"`` is the
+closed form: by Cauchy-Schwarz
 :math:`\Delta \le \tfrac12\sum_i d_i^2/c_i` for every :math:`D = U\mathrm{diag}(t)V^\top`, with
 equality iff :math:`t_i \propto d_i / c_i`; the family can only match that if
 :math:`s_i^a \propto d_i/c_i`, so ``a`` is the slope of :math:`\log(d_i/c_i)` against
@@ -92,6 +93,7 @@ __all__ = [
 
 RULES = ("surrogate", "loglog")
 GRID_POINTS = 129
+COARSE_POINTS = 17  # every 8th grid point: (GRID_POINTS - 1) / (COARSE_POINTS - 1) = 8
 
 
 def curvature_along(Vh: Tensor, X: Tensor) -> Tensor:
@@ -256,6 +258,12 @@ def _prepare(s: Tensor, c: Tensor, d: Tensor | None) -> tuple[Tensor, Tensor, Te
     return s / s.max(), c / c.max(), d / d.abs().max().clamp_min(1e-300)
 
 
+def _all_finite(t: Tensor) -> bool:
+    """No NaN or inf in ``t``. A finite sum has no non-finite term (inf and NaN propagate), so
+    the elementwise test, several times slower, runs only when the sum is not finite."""
+    return math.isfinite(float(t.sum())) or bool(torch.isfinite(t).all())
+
+
 def _prepare_matrix(s: Tensor, M: Tensor, d: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
     if d.shape != s.shape:
@@ -263,13 +271,16 @@ def _prepare_matrix(s: Tensor, M: Tensor, d: Tensor | None) -> tuple[Tensor, Ten
             f"s and d must have the same number of entries, got {s.numel()}, {d.numel()}"
         )
     for name, t in (("singular values", s), ("curvature matrix", M), ("alignments", d)):
-        if not bool(torch.isfinite(t).all()):
+        if not _all_finite(t):
             raise ValueError(f"non-finite {name} (NaN or inf) given to the exponent criterion")
     diag = torch.diagonal(M)
-    if bool((s < 0).any()) or bool((diag < 0).any()):
+    if s.numel() == 0:
+        raise ValueError("the criterion needs a non-zero direction (no singular values given)")
+    if float(torch.minimum(s.min(), diag.min())) < 0:
         raise ValueError("singular values and curvatures must be >= 0")
     keep = s > 0
-    s, d, M = s[keep], d[keep], M[keep][:, keep]
+    if not bool(keep.all()):  # copying M is a large share of a criterion step: only if needed
+        s, d, M = s[keep], d[keep], M[keep][:, keep]
     if s.numel() == 0 or not bool((torch.diagonal(M) > 0).any()):
         raise ValueError(
             "the criterion needs a non-zero direction and non-zero curvature "
@@ -305,33 +316,48 @@ def surrogate_decrease(a: float | Tensor, s: Tensor, c: Tensor, d: Tensor | None
     d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
     keep = s > 0
     s, d = s[keep], d[keep]
+    c = torch.as_tensor(c).to(torch.float64).reshape(-1)[keep] if M is None else M[keep][:, keep]
     at = torch.as_tensor(a, dtype=torch.float64)
-    A = at.reshape(-1, 1)
-    P = s.log().unsqueeze(0) * A
+    return _decrease(at.reshape(-1), s, c, d).reshape(at.shape)
+
+
+def _decrease(a: Tensor, s: Tensor, c: Tensor, d: Tensor) -> Tensor:
+    """:func:`surrogate_decrease` at the 1-D float64 ``a`` for prepared statistics: float64,
+    flattened, zero singular values removed, ``c`` a vector or an ``(r, r)`` matrix."""
+    P = s.log().unsqueeze(0) * a.unsqueeze(1)
     E = P.exp()
     num = (d * E).sum(-1).pow(2)
-    if M is None:
-        c = torch.as_tensor(c).to(torch.float64).reshape(-1)[keep]
-        den = 2.0 * (c * (2.0 * P).exp()).sum(-1)
-    else:
-        M = M[keep][:, keep]
-        den = 2.0 * ((E @ M) * E).sum(-1)
-    return (num / den).reshape(at.shape)
+    # the quadratic form (s^a)^T M s^a, or its diagonal case sum_i c_i s_i^(2a)
+    den = 2.0 * ((E @ c) * E).sum(-1) if c.ndim == 2 else 2.0 * (c * (2.0 * P).exp()).sum(-1)
+    return num / den
 
 
 def surrogate_exponent(s: Tensor, c: Tensor, d: Tensor | None = None) -> float:
-    """The maximiser of :func:`surrogate_decrease` over [0, 1] (grid plus parabolic refinement)."""
+    """The maximiser of :func:`surrogate_decrease` over [0, 1] (grid plus parabolic refinement).
+
+    The grid is ``GRID_POINTS`` (129) points, searched coarse to fine: every 8th point, then
+    the points within one coarse spacing of the coarse maximiser. For a unimodal decrease this
+    finds the same grid point as scanning all 129 (the maximiser lies between the coarse
+    maximiser's neighbours), with 34 evaluations instead of 129: each costs ``r^2`` for a
+    matrix curvature, the largest share of a criterion step.
+    """
     s, c, d = _prepare(s, c, d)
-    grid = torch.linspace(0.0, 1.0, GRID_POINTS, dtype=torch.float64)
-    vals = surrogate_decrease(grid, s, c, d)
-    k = int(torch.argmax(vals))
-    if k in (0, GRID_POINTS - 1):
-        return float(grid[k])
-    y0, y1, y2 = (float(v) for v in vals[k - 1 : k + 2])
-    h = float(grid[1] - grid[0])
+    n = GRID_POINTS - 1
+    stride = n // (COARSE_POINTS - 1)
+
+    def at(idx: Tensor) -> Tensor:
+        return _decrease(idx.to(torch.float64) / n, s, c, d)
+
+    dev = s.device  # grids on the statistics' device: a CPU grid cannot multiply CUDA values
+    kc = stride * int(torch.argmax(at(torch.arange(0, n + 1, stride, device=dev))))
+    lo, hi = max(0, kc - stride), min(n, kc + stride)
+    k = lo + int(torch.argmax(at(torch.arange(lo, hi + 1, device=dev))))
+    if k in (0, n):
+        return k / n
+    y0, y1, y2 = (float(v) for v in at(torch.tensor([k - 1, k, k + 1], device=dev)))
     curv = y0 - 2.0 * y1 + y2
     shift = 0.5 * (y0 - y2) / curv if curv < 0 else 0.0
-    return float(min(1.0, max(0.0, float(grid[k]) + max(-1.0, min(1.0, shift)) * h)))
+    return float(min(1.0, max(0.0, (k + max(-1.0, min(1.0, shift))) / n)))
 
 
 def loglog_exponent(s: Tensor, c: Tensor, d: Tensor | None = None) -> float:
@@ -445,20 +471,20 @@ def switch_gain(
             [
                 f_new.sum(),
                 f_old.sum(),
-                torch.tensor(float(f_new.numel()), dtype=torch.float64),
+                torch.tensor(float(f_new.numel()), dtype=torch.float64, device=f_new.device),
                 f_new.pow(2).sum(),
                 f_old.pow(2).sum(),
             ]
         )
     else:
         f_new = f_old = None
-        tot = torch.zeros(5, dtype=torch.float64)
+        tot = torch.zeros(5, dtype=torch.float64, device=s.device)
     tot = red(tot.to(torch.float64))
     k = float(tot[2])
     m_new, m_old = tot[0] / max(k, 1.0), tot[1] / max(k, 1.0)
     good = k > 1 and bool(m_new > 0) and bool(m_old > 0) and bool(n_new != 0)
     good = good and bool(n_old != 0) and bool(torch.isfinite(tot).all())
-    h2 = torch.zeros((), dtype=torch.float64)
+    h2 = torch.zeros((), dtype=torch.float64, device=s.device)
     if good and f_new is not None:
         h2 = (f_new / m_new - f_old / m_old).pow(2).sum()
     h2 = red(h2.reshape(1))[0]
@@ -469,40 +495,16 @@ def switch_gain(
     return gain, math.sqrt(float(h2) / (k * (k - 1))), n_eff
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=1024)
 def t_quantile(q: float, df: int) -> float:
     """Quantile ``q`` in (0.5, 1) of Student's t with ``df`` degrees of freedom.
 
-    Computed from the density by Simpson integration and bisection (no SciPy dependency);
-    accurate to about 1e-6 for df >= 1 and q <= 0.999. Cached (the optimizer asks for few
-    distinct ``df``).
+    SciPy's inverse of the t distribution function (``scipy.special.stdtrit``), cached: the
+    optimizer asks for one ``q`` and at most ``r`` distinct ``df``. (A hand-written Simpson
+    integration with bisection cost about 0.1 s per new ``df``, 11% of a training run's time.)
     """
     if not 0.5 < q < 1.0 or df < 1:
         raise ValueError(f"need 0.5 < q < 1 and df >= 1, got q={q}, df={df}")
-    logc = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    from scipy.special import stdtrit  # imported on first use: most runs never need it
 
-    def pdf(x: float) -> float:
-        return math.exp(logc - (df + 1) / 2 * math.log1p(x * x / df))
-
-    def cdf_upper(x: float) -> float:  # P(0 <= T <= x), x >= 0, on a sqrt-stretched grid
-        n = 2000
-        # substitute x = u^2 to resolve the peak at 0 and the slow tail alike
-        hu = math.sqrt(x) / n
-        tot = 0.0
-        for k in range(n + 1):
-            u = k * hu
-            w = 1 if k in (0, n) else (4 if k % 2 else 2)
-            tot += w * pdf(u * u) * 2 * u
-        return tot * hu / 3
-
-    target = q - 0.5
-    lo, hi = 0.0, 1.0
-    while cdf_upper(hi) < target:
-        hi *= 2
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if cdf_upper(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return float(stdtrit(df, q))
