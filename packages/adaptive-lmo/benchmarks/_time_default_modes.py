@@ -61,11 +61,11 @@ def measure(name: str, steps: int) -> dict[str, Any]:
         jobs_steps = {o: len(g) * cfg["seeds"] * cfg["steps"] for o, g in grids.items()}
     elif name == "lm":
         cfg = lm.config(False)
-        data = lm.make_corpus(cfg["V"], cfg["T"], cfg["n"], 0)
+        data, V = lm.corpus(cfg, 0)
 
         def make():
             torch.manual_seed(1000)
-            return lm.TinyLM(cfg["V"], cfg["T"], cfg["d"], cfg["layers"])
+            return lm.TinyLM(V, cfg["T"], cfg["d"], cfg["layers"])
 
         grids, train, loss_fn, kw = lm.grids(cfg["grid"]), data["train"], lm.lm_loss, {}
         jobs_steps = {o: len(g) * cfg["seeds"] * cfg["steps"] for o, g in grids.items()}

@@ -155,6 +155,49 @@ def test_image_tiny_with_a0_and_spectral_rows(tmp_path, monkeypatch):
     assert "fixed a = 0" in res.summary and 'scale="spectral"' in res.summary
 
 
+def test_sweep_in_worker_processes_gives_the_same_runs(tmp_path, monkeypatch):
+    """Two forked workers and one process give the same numbers (each job seeds itself), with
+    an edge extension in the second phase; both sides single-threaded, so equal to the bit."""
+    from adaptive_lmo.experiments import lm
+
+    grids = {**TINY_GRIDS, "AdamW": [1e-3, 3e-3], "AdaptiveLMO": [0.02, 0.05], lm.A0: [0.05]}
+    monkeypatch.setattr(lm, "grids", lambda k: grids)
+    cfg = {
+        "V": 6,
+        "T": 5,
+        "n": 64,
+        "d": 8,
+        "layers": 1,
+        "steps": 6,
+        "batch": 8,
+        "seeds": 2,
+        "grid": 2,
+        "extend": 1,
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = {}
+        for w in (1, 2):
+            res = lm.run(RunContext(tmp_path / str(w), True, False, 0), {**cfg, "workers": w})
+            out[w] = {k: v for k, v in res.metrics.items() if k != "config"}
+    finally:
+        torch.set_num_threads(threads)
+    assert any(len(g) == 3 for g in out[1]["lr_grids"].values())  # an edge point was added
+    assert out[2] == out[1]
+
+
+def test_default_workers_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("FRONTIER_OPT_WORKERS", "3")
+    assert _common.default_workers() == 3
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv("FRONTIER_OPT_WORKERS", bad)
+        with pytest.raises(ValueError, match="FRONTIER_OPT_WORKERS"):
+            _common.default_workers()
+    monkeypatch.delenv("FRONTIER_OPT_WORKERS")
+    assert 1 <= _common.default_workers() <= 8
+
+
 def test_lm_tiny(tmp_path, monkeypatch):
     from adaptive_lmo.experiments import lm
 

@@ -11,8 +11,10 @@ losses, ``TOL_ACC`` absolute for accuracies).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,6 +207,58 @@ def _score(vals: list[float], higher: bool) -> float:
     return statistics.fmean(vals)
 
 
+_JOB: Callable[[str, float, int], RunOutput] | None = None  # what forked workers run
+
+
+def _run_job(job: tuple[str, float, int]) -> RunOutput:
+    assert _JOB is not None
+    torch.set_num_threads(1)
+    seed_everything(job[2])
+    return _JOB(*job)
+
+
+def default_workers() -> int:
+    """Worker processes for a sweep: ``FRONTIER_OPT_WORKERS`` if set, else the usable cores
+    (at most 8)."""
+    env = os.environ.get("FRONTIER_OPT_WORKERS")
+    if env is not None:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"FRONTIER_OPT_WORKERS must be a positive int, got {env!r}")
+        return int(env)
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may use
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def run_jobs(
+    train_one: Callable[[str, float, int], RunOutput],
+    jobs: list[tuple[str, float, int]],
+    workers: int,
+) -> Iterator[RunOutput]:
+    """``train_one(*job)`` for each job, in order, each seeded by its seed; in ``workers``
+    forked processes of one thread each when ``workers > 1``.
+
+    Every job seeds its own initialisation, data order and sketch, so its result does not
+    depend on the process it ran in (tested: a sweep gives the same numbers either way).
+    Forking needs the parent not to have initialised CUDA: callers on a GPU use 1 worker.
+    Where ``fork`` is not available (Windows) the jobs run in the calling process.
+    """
+    global _JOB
+    if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for job in jobs:
+            seed_everything(job[2])
+            yield train_one(*job)
+        return
+    _JOB = train_one
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            yield from pool.imap(_run_job, jobs)
+    finally:
+        _JOB = None
+
+
 def sweep(
     train_one: Callable[[str, float, int], RunOutput],
     grids: dict[str, list[float]],
@@ -213,8 +267,12 @@ def sweep(
     higher_is_better: bool,
     desc: str,
     extend: int = 0,
+    workers: int = 1,
 ) -> SweepResult:
     """Run ``train_one(optimizer, lr, seed)`` over every grid point and seed; pick lrs on val.
+
+    ``workers`` > 1 runs the jobs in that many forked processes (:func:`run_jobs`); the
+    result is the same.
 
     Edge rule (``extend`` > 0): when an optimizer's selected lr is the smallest or largest
     point of its grid (of >= 2 log-spaced points), one more point is added beyond that edge at
@@ -226,17 +284,17 @@ def sweep(
     runs: dict[str, dict[float, list[RunOutput]]] = {o: {} for o in grids}
     grids = {o: sorted(g) for o, g in grids.items()}
 
-    def run_jobs(jobs: list[tuple[str, float, int]]) -> None:
-        for o, lr, s in progress(jobs, desc=desc):
-            seed_everything(s)
-            runs[o].setdefault(lr, []).append(train_one(o, lr, s))
+    def run_all(jobs: list[tuple[str, float, int]]) -> None:
+        outs = run_jobs(train_one, jobs, workers)
+        for (o, lr, _), out in zip(jobs, progress(outs, desc=desc, total=len(jobs)), strict=True):
+            runs[o].setdefault(lr, []).append(out)
 
     def select(o: str) -> float:
         by_lr = runs[o]
         scores = {lr: _score([r.val for r in rs], higher_is_better) for lr, rs in by_lr.items()}
         return max(scores, key=scores.get) if higher_is_better else min(scores, key=scores.get)
 
-    run_jobs([(o, lr, s) for o, lrs in grids.items() for lr in lrs for s in range(seeds)])
+    run_all([(o, lr, s) for o, lrs in grids.items() for lr in lrs for s in range(seeds)])
     added = dict.fromkeys(grids, 0)
     while True:
         jobs = []
@@ -256,7 +314,7 @@ def sweep(
             jobs += [(o, new, s) for s in range(seeds)]
         if not jobs:
             break
-        run_jobs(jobs)
+        run_all(jobs)
     best_lr, mean, std = {}, {}, {}
     for o, by_lr in runs.items():
         pick = select(o)

@@ -38,6 +38,7 @@ from ._common import (
     _paired_ablation,
     curvature_ablation,
     default_grids,
+    default_workers,
     final_exponents,
     grid_edges,
     log_grid,
@@ -113,6 +114,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         cfg["seeds"],
         higher_is_better=True,
         desc="image",
+        workers=cfg.get("workers") or default_workers(),
         extend=cfg.get("extend", 0),
     )
     edges = grid_edges(res, res.grids)

@@ -48,6 +48,7 @@ from ._common import (
     INPUT_CURV,
     SAME_BATCH,
     curvature_ablation,
+    default_workers,
     final_exponents,
     grid_edges,
     log_grid,
@@ -322,6 +323,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         cfg["seeds"],
         higher_is_better=False,
         desc="lm",
+        workers=1 if dev.type == "cuda" else cfg.get("workers") or default_workers(),
         extend=cfg.get("extend", 0),
     )
     edges = grid_edges(res, res.grids)

@@ -66,6 +66,7 @@ from ._common import (
     SAME_BATCH,
     PairedComparison,
     RunOutput,
+    default_workers,
     final_exponents,
     grid_edges,
     log_grid,
@@ -226,6 +227,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
             cfg["alone_seeds"],
             higher_is_better=False,
             desc=f"teacher-student, layer {layer} alone",
+            workers=cfg.get("workers") or default_workers(),
         )
         fixed = {float(v): res.test_mean[v] for v in variants if v != "auto"}
         val = {
@@ -268,6 +270,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         cfg["seeds"],
         higher_is_better=False,
         desc="teacher-student",
+        workers=cfg.get("workers") or default_workers(),
         extend=cfg.get("extend", 0),
     )
     comps: list[PairedComparison] = [paired_log_ratio(res, "AdaptiveLMO", b) for b in BASELINES]
