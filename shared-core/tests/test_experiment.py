@@ -99,6 +99,16 @@ def test_line_plot_writes_a_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
 
 
+def test_line_plot_keeps_more_series_than_colours_apart(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)  # keep the figure to inspect it
+    line_plot(tmp_path / "p.png", {f"s{i}": ([0, 1], [i, i + 1]) for i in range(23)})
+    lines = figs[0].axes[0].get_lines()
+    assert len(lines) == 23
+    assert len({(ln.get_color(), ln.get_linestyle()) for ln in lines}) == 23
+
+
 def test_line_plot_rejects_bad_series(tmp_path):
     with pytest.raises(ValueError, match="at least one"):
         line_plot(tmp_path / "p.png", {})

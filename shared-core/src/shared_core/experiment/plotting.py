@@ -8,6 +8,8 @@ from pathlib import Path
 
 __all__ = ["line_plot"]
 
+_DASHES = ("-", "--", ":", "-.")
+
 
 def _pyplot():
     try:
@@ -61,8 +63,16 @@ def line_plot(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     try:
-        for label, (xs, ys) in series.items():
-            (line,) = ax.plot(list(xs), list(ys), label=label, marker="o" if len(xs) < 12 else None)
+        # past the colour cycle (10 colours), change the dash so no two series look alike
+        n_colors = len(plt.rcParams["axes.prop_cycle"].by_key().get("color", [None]))
+        for i, (label, (xs, ys)) in enumerate(series.items()):
+            (line,) = ax.plot(
+                list(xs),
+                list(ys),
+                label=label,
+                marker="o" if len(xs) < 12 else None,
+                linestyle=_DASHES[(i // n_colors) % len(_DASHES)],
+            )
             if bands and label in bands:
                 lo, hi = bands[label]
                 ax.fill_between(list(xs), list(lo), list(hi), alpha=0.2, color=line.get_color())
