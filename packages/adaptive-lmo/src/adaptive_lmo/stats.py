@@ -47,7 +47,8 @@ def subsample_rows(X: Tensor, k: int, generator: torch.Generator) -> Tensor:
     N = X.shape[-2]
     if k >= N:
         return X
-    idx = torch.randperm(N, generator=generator)[:k].to(X.device)
+    # drawn where the generator lives (the CPU): the same rows on every device, then moved
+    idx = torch.randperm(N, generator=generator, device=generator.device)[:k].to(X.device)
     return X.index_select(-2, idx)
 
 
