@@ -2,48 +2,26 @@
 
 On a GPU, a factory call without ``device=`` (``torch.arange``, ``torch.zeros``,
 ``torch.tensor``, ...) makes a CPU tensor that then meets CUDA statistics and fails, or
-forces a copy. That bug class is caught here on the CPU: a ``TorchFunctionMode`` records every
-factory call (no tensor among its arguments, a tensor out) without an explicit device made
-from this package's code during the hooked forward, backward and ``step``. (Checked to catch
+forces a copy. That bug class is caught here on the CPU with
+``shared_core.testing.DefaultDeviceFactories``: it records every such call made from this
+package's code during the hooked forward, backward and ``step``. (Checked to catch
 the three such calls the criterion had before this test existed: its exponent grid and two of
 the switch test's counts.)
 """
 
 from __future__ import annotations
 
-import traceback
-
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 from adaptive_lmo import AdaptiveLMO, optim
 from adaptive_lmo.criterion import switch_gain
+from shared_core.testing import DefaultDeviceFactories
 
 
-class DefaultDeviceFactories(TorchFunctionMode):
-    """Records (file, line) of factory calls from ``adaptive_lmo`` that name no device."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sites: set[tuple[str, int, str]] = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        leaves, _ = tree_flatten((args, kwargs))
-        made = isinstance(out, torch.Tensor)  # a factory, not e.g. a grad-mode switch
-        if (
-            made
-            and kwargs.get("device") is None
-            and not any(isinstance(v, torch.Tensor) for v in leaves)
-        ):
-            ours = [f for f in traceback.extract_stack() if "/adaptive_lmo/" in f.filename]
-            if ours:
-                self.sites.add((ours[-1].filename, ours[-1].lineno, ours[-1].line or ""))
-        return out
+def _mode() -> DefaultDeviceFactories:
+    return DefaultDeviceFactories("/adaptive_lmo/")
 
 
 @pytest.mark.parametrize(
@@ -70,7 +48,7 @@ def test_step_makes_no_tensor_on_the_default_device(kw, monkeypatch):
     model = ts._make_student(cfg, 0).double()
     opt = AdaptiveLMO(model, lr=0.01, update_every=2, max_rows=16, **kw)  # subsampled sketches
     g = torch.Generator().manual_seed(0)
-    mode = DefaultDeviceFactories()
+    mode = _mode()
     for _ in range(30):
         idx = torch.randint(0, X.shape[0], (64,), generator=g)
         opt.zero_grad()
@@ -86,7 +64,7 @@ def test_switch_gain_without_rows_makes_no_tensor_on_the_default_device():
     # a rank that recorded no rows still contributes zeros to the all-reduce
     s = torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64)
     C = torch.eye(3, dtype=torch.float64)
-    mode = DefaultDeviceFactories()
+    mode = _mode()
     with mode:
         gain, se, n_eff = switch_gain(0.5, 0.0, s, None, C)
     assert mode.sites == set()
