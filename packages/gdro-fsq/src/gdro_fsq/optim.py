@@ -163,8 +163,8 @@ def importance_weighted_losses(values: Tensor, groups: Tensor, probs: Tensor, m:
         >>> importance_weighted_losses(v, S, p, 3)
         tensor([0., 0., 2.])
     """
-    out = torch.zeros(m, dtype=values.dtype)
-    out[groups] = values / probs.to(values.dtype)
+    out = torch.zeros(m, dtype=values.dtype, device=values.device)
+    out[groups] = values / probs.to(values)
     return out
 
 
@@ -189,8 +189,8 @@ def ix_cost_estimates(
         >>> ix_cost_estimates(torch.tensor([0.25]), torch.tensor([1]), torch.tensor([0.5]), 3, 0.25)
         tensor([0., 1., 0.])
     """
-    out = torch.zeros(m, dtype=scaled.dtype)
-    out[groups] = (1 - scaled) / (probs.to(scaled.dtype) + gamma)
+    out = torch.zeros(m, dtype=scaled.dtype, device=scaled.device)
+    out[groups] = (1 - scaled) / (probs.to(scaled) + gamma)
     return out
 
 
@@ -692,7 +692,8 @@ class GroupGame(Optimizer, abc.ABC):
         with torch.enable_grad():
             losses = self._check_losses(closure(), query.r)
             params = [p for p in self._params() if p.requires_grad]
-            weights = c * self._theta_weights(query).to(losses.dtype)
+            # the game's state is float64 on the CPU; the losses live with the model
+            weights = c * self._theta_weights(query).to(losses)
             objective = (weights * losses).sum()
             grads = torch.autograd.grad(objective, params, allow_unused=True)
         t = self.t + 1
@@ -707,7 +708,7 @@ class GroupGame(Optimizer, abc.ABC):
         self.game["weight_sum"] = self.weight_sum + c
         self._update_theta(dict(zip(map(id, params), grads, strict=True)), t, k_prev)
         self.game["q_sum"] = self.game["q_sum"] + c * self.game["q"]
-        self._update_q(losses.detach().to(torch.float64) / self.loss_bound, query, t)
+        self._update_q(losses.detach().to("cpu", torch.float64) / self.loss_bound, query, t)
         self.game["t"] = t
         self.game["samples"] += query.r
         self._query = None

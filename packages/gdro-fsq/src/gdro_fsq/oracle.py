@@ -75,9 +75,11 @@ class GroupedProblem:
 
     def group_risks(self, theta: Tensor) -> Tensor:
         r""":math:`R_i(\theta)`, the mean scaled loss on each group, shape ``(m,)``."""
-        losses = self.per_sample_loss(theta.to(self.X.dtype), self.X, self.y)
-        sums = torch.zeros(self.n_groups, dtype=losses.dtype).index_add_(0, self.groups, losses)
-        counts = torch.bincount(self.groups, minlength=self.n_groups).to(losses.dtype)
+        # evaluated where the data lives (theta may come from a model on another device)
+        losses = self.per_sample_loss(theta.to(self.X), self.X, self.y)
+        sums = torch.zeros(self.n_groups, dtype=losses.dtype, device=losses.device)
+        sums = sums.index_add_(0, self.groups.to(losses.device), losses)
+        counts = torch.bincount(self.groups, minlength=self.n_groups).to(losses)
         return sums / counts
 
     def max_risk(self, theta: Tensor) -> float:

@@ -104,7 +104,7 @@ def kernel_solve(gram_matrix, ridge: float) -> Tensor:
     if ridge < 0 or not np.isfinite(ridge):
         raise ValueError(f"ridge must be a finite number >= 0, got {ridge}")
     g = _f64(gram_matrix)
-    a = g + ridge * torch.eye(g.shape[0], dtype=torch.float64)
+    a = g + ridge * torch.eye(g.shape[0], dtype=torch.float64, device=g.device)
     lower, info = torch.linalg.cholesky_ex(a)
     if int(info) == 0:
         return torch.cholesky_inverse(lower)
@@ -137,7 +137,9 @@ def alo_scores(phi_train, phi_target, q, w, ridge: float) -> Tensor:
     :math:`H = \Phi^\top W\Phi + \lambda I`.
     """
     pt, pg, qq, ww = _f64(phi_train), _f64(phi_target), _f64(q), _f64(w)
-    h = pt.T @ (ww[:, None] * pt) + ridge * torch.eye(pt.shape[1], dtype=torch.float64)
+    h = pt.T @ (ww[:, None] * pt) + ridge * torch.eye(
+        pt.shape[1], dtype=torch.float64, device=pt.device
+    )
     hinv_phi = torch.linalg.solve(h, pt.T)  # (p, n)
     lev = (pt * hinv_phi.T).sum(1)
     return (pg @ hinv_phi) * (qq / (1 - ww * lev))[None, :]
@@ -167,7 +169,7 @@ def traker_scores(phis_train, phis_target, qs, ridge: float = 0.0) -> Tensor:
     acc, qbar = None, None
     for pt, pg, q in zip(phis_train, phis_target, qs, strict=True):
         pt, pg = _f64(pt), _f64(pg)
-        a = pt.T @ pt + ridge * torch.eye(pt.shape[1], dtype=torch.float64)
+        a = pt.T @ pt + ridge * torch.eye(pt.shape[1], dtype=torch.float64, device=pt.device)
         inv = torch.linalg.inv(a)
         inv = inv / inv.abs().mean()
         s = pg @ inv @ pt.T

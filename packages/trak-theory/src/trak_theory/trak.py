@@ -227,7 +227,7 @@ class TRAK:
                 self._features(x[s : s + self.batch_size], y[s : s + self.batch_size], proj)
                 for s in range(0, x.shape[0], self.batch_size)
             ]
-        ).to(torch.float64)
+        ).to("cpu", torch.float64)  # the store's features and the kernel live on the CPU
         left = tgt @ inv  # (m, k)
         feats, weights, _ = self.store.arrays(model_id)
         out = torch.empty(x.shape[0], self.n, dtype=torch.float64)
