@@ -21,6 +21,18 @@ TINY_GRIDS = {
     _common.SAME_BATCH: [0.05],
     _common.INPUT_CURV: [0.05],
 }
+# a 1-block LM on the Markov corpus, a few steps: the lm scenario's whole path in seconds
+TINY_LM = {
+    "V": 6,
+    "T": 5,
+    "n": 64,
+    "d": 8,
+    "layers": 1,
+    "steps": 6,
+    "batch": 8,
+    "seeds": 2,
+    "grid": 1,
+}
 
 
 def test_teacher_student_tiny(tmp_path, monkeypatch):
@@ -162,18 +174,7 @@ def test_sweep_in_worker_processes_gives_the_same_runs(tmp_path, monkeypatch):
 
     grids = {**TINY_GRIDS, "AdamW": [1e-3, 3e-3], "AdaptiveLMO": [0.02, 0.05], lm.A0: [0.05]}
     monkeypatch.setattr(lm, "grids", lambda k: grids)
-    cfg = {
-        "V": 6,
-        "T": 5,
-        "n": 64,
-        "d": 8,
-        "layers": 1,
-        "steps": 6,
-        "batch": 8,
-        "seeds": 2,
-        "grid": 2,
-        "extend": 1,
-    }
+    cfg = {**TINY_LM, "grid": 2, "extend": 1}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -202,18 +203,7 @@ def test_lm_tiny(tmp_path, monkeypatch):
     from adaptive_lmo.experiments import lm
 
     monkeypatch.setattr(lm, "grids", lambda k: {**TINY_GRIDS, lm.A0: [0.05]})
-    cfg = {
-        "V": 6,
-        "T": 5,
-        "n": 64,
-        "d": 8,
-        "layers": 1,
-        "steps": 6,
-        "batch": 8,
-        "seeds": 2,
-        "grid": 1,
-    }
-    res = lm.run(RunContext(tmp_path, True, False, 0), cfg)
+    res = lm.run(RunContext(tmp_path, True, False, 0), TINY_LM)
     assert all(math.isfinite(res.metrics[f"test_loss_mean[{o}]"]) for o in _common.OPTIMIZERS)
     assert isinstance(res.holds, bool) and (tmp_path / "exponents.png").is_file()
     # every matrix of the block, attention included, is on the criterion
