@@ -37,3 +37,11 @@ def test_other_files_are_not_watched():
 def test_rejects_an_empty_path_fragment():
     with pytest.raises(ValueError, match="where"):
         DefaultDeviceFactories("")
+
+
+def test_the_modes_own_frame_is_never_recorded():
+    # "/shared_core/" also matches this helper's file: only the caller's frames count
+    x = torch.randn(3)
+    with DefaultDeviceFactories("/shared_core/") as mode:
+        _watched(x)
+    assert mode.sites == set()  # _watched lives in tests/, not in shared_core/

@@ -56,7 +56,9 @@ class DefaultDeviceFactories(TorchFunctionMode):
         if isinstance(out, torch.Tensor) and kwargs.get("device") is None:
             leaves, _ = tree_flatten((args, kwargs))
             if not any(isinstance(v, torch.Tensor) for v in leaves):
-                ours = [f for f in traceback.extract_stack() if self.where in f.filename]
+                stack = traceback.extract_stack()
+                # not this file's own frame, which a fragment like "/shared_core/" would match
+                ours = [f for f in stack if self.where in f.filename and f.filename != __file__]
                 if ours:
                     self.sites.add((ours[-1].filename, ours[-1].lineno or 0, ours[-1].line or ""))
         return out
