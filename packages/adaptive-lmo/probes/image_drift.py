@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptive_lmo.experiments._common import build_optimizer
+from adaptive_lmo.experiments._common import batch_indices, build_optimizer
 from adaptive_lmo.experiments.image import config, load
 from adaptive_lmo.optim import AdaptiveLMO
 from shared_core.experiment import seed_everything
@@ -75,15 +75,8 @@ def train(name, lr, seed, steps, kw, every=50):
             **kw,
         )
     X, Y = data["train"]
-    gen = torch.Generator().manual_seed(10_000 + seed)
-    n, batch = X.shape[0], cfg["batch"]
-    perm, pos = torch.randperm(n, generator=gen), 0
     log = []
-    for t in range(steps):
-        if pos + batch > n:
-            perm, pos = torch.randperm(n, generator=gen), 0
-        idx = perm[pos : pos + batch]
-        pos += batch
+    for t, idx in enumerate(batch_indices(X.shape[0], cfg["batch"], steps, seed)):
         opt.zero_grad()
         loss = F.cross_entropy(model(X[idx]), Y[idx])
         loss.backward()

@@ -404,15 +404,6 @@ def choose_exponent(
     return a
 
 
-def _row_terms(a: float, s: Tensor, d: Tensor, Z: Tensor, C: Tensor) -> tuple[Tensor, Tensor]:
-    """Numerator and per-row denominator terms of the K-FAC surrogate at ``a`` (float64)."""
-    w = (s / s.amax(-1, keepdim=True)).pow(a)
-    num = (d * w).sum()
-    Y = Z * w.unsqueeze(-2)  # (..., k, r): z_t o s^a
-    f = ((Y @ C) * Y).sum(-1)  # (..., k)
-    return num, f.reshape(-1, f.shape[-1]).sum(0)  # a batched view sums its blocks per row
-
-
 def switch_gain(
     a_new: float,
     a_old: float,
@@ -460,13 +451,14 @@ def switch_gain(
     w_old = (s64 / s64.amax(-1, keepdim=True)).pow(a_old)
     n_new, n_old = (d64 * w_new).sum(), (d64 * w_old).sum()
 
-    def rows(w: Tensor) -> Tensor:
-        Y = Z.to(torch.float64) * w.unsqueeze(-2)  # (..., k, r): z_t o s^a
+    def rows(Z64: Tensor, w: Tensor) -> Tensor:
+        Y = Z64 * w.unsqueeze(-2)  # (..., k, r): z_t o s^a
         f = ((Y @ C64) * Y).sum(-1)  # (..., k)
         return f.reshape(-1, f.shape[-1]).sum(0)  # a batched view sums its blocks per row
 
     if Z is not None and Z.shape[-2] > 0:
-        f_new, f_old = rows(w_new), rows(w_old)
+        Z64 = Z.to(torch.float64)
+        f_new, f_old = rows(Z64, w_new), rows(Z64, w_old)
         tot = torch.stack(
             [
                 f_new.sum(),

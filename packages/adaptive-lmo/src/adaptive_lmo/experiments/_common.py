@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from shared_core.experiment import line_plot, progress, seed_everything
 
@@ -517,6 +517,19 @@ def markdown_table(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def batch_indices(n: int, batch: int, steps: int, seed: int) -> Iterator[Tensor]:
+    """The training stream of seed ``seed``: ``steps`` minibatches of ``batch`` row indices,
+    epochs of a seeded permutation of ``n`` rows (a short tail is dropped). Every optimizer of
+    a seed sees the same stream."""
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    perm, pos = torch.randperm(n, generator=gen), 0
+    for _ in range(steps):
+        if pos + batch > n:
+            perm, pos = torch.randperm(n, generator=gen), 0
+        yield perm[pos : pos + batch]
+        pos += batch
+
+
 def train_loop(
     model: nn.Module,
     opt_name: str,
@@ -539,17 +552,9 @@ def train_loop(
     """
     X, Y = train
     opt = build_optimizer(opt_name, model, lr, **opt_kw)
-    gen = torch.Generator().manual_seed(10_000 + seed)
     curve: list[float] = []
     exps: dict[str, list[float]] = {}
-    n = X.shape[0]
-    perm = torch.randperm(n, generator=gen)
-    pos = 0
-    for t in range(steps):
-        if pos + batch > n:
-            perm, pos = torch.randperm(n, generator=gen), 0
-        idx = perm[pos : pos + batch]
-        pos += batch
+    for t, idx in enumerate(batch_indices(X.shape[0], batch, steps, seed)):
         opt.zero_grad()
         loss = loss_fn(model(X[idx]), Y[idx])
         if not torch.isfinite(loss):
