@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m adaptive_fgd.experiments.<name> [--quick]`."""

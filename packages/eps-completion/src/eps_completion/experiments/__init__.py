@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m eps_completion.experiments.<name> [--quick]`."""

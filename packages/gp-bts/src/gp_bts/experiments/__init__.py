@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m gp_bts.experiments.<name> [--quick]`."""

@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m grn_boost.experiments.<name> [--quick]`."""

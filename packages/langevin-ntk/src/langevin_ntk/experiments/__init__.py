@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m langevin_ntk.experiments.<name> [--quick]`."""

@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m mssp.experiments.<name> [--quick]`."""

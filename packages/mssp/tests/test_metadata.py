@@ -1,0 +1,7 @@
+from importlib.metadata import version
+
+import mssp
+
+
+def test_version_matches_metadata():
+    assert mssp.__version__ == version("mssp")

@@ -1,0 +1,1 @@
+"""Headline experiments: each is `python -m segre.experiments.<name> [--quick]`."""
