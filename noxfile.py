@@ -7,11 +7,15 @@ Sessions:
                          declared dependencies (+ its `test` group): proof that a package
                          installs and works alone. Triton kernels run under TRITON_INTERPRET=1.
     integration          the cross-package tests, with every member installed
+    numerics             (not default) the `numerics`-marked tests under every MKL code path
+                         (MKL_CBWR=AVX2|COMPATIBLE|AUTO) with 1 and 2 threads
     gpu                  (not default) gpu-marked tests and compiled Triton kernels on a CUDA
                          machine, in the ambient interpreter
     bench                every member's benchmarks/*.py, JSON into reports/bench/
-    repro                every registered headline experiment, quick mode, report in
-                         reports/repro/index.md (`nox -s repro -- --full` for paper scale)
+    repro                the main job: every headline experiment, quick mode, report in
+                         reports/repro/index.md (`-- --all` adds the extra experiments,
+                         `-- --full` for paper scale)
+    repro_member(<m>)    every experiment of one member, report in reports/repro-<m>/
     build(<member>)      `uv build --package X --no-sources`, then check the wheel's metadata,
                          install it alone in a fresh environment and run its README's usage
                          example there
@@ -106,6 +110,44 @@ def gpu(session: nox.Session) -> None:
     session.run("python", "tools/gpu_check.py", env=env)
 
 
+# The BLAS code paths a user's CPU may take (MKL's conditional numerical reproducibility
+# modes) and the thread counts CI and users run with: a tolerance that holds on one of them
+# only was tuned to one machine's rounding.
+NUMERICS_PATHS = ("AVX2", "COMPATIBLE", "AUTO")
+NUMERICS_THREADS = ("1", "2")
+
+
+@nox.session(default=False)
+def numerics(session: nox.Session) -> None:
+    """The `numerics`-marked tests (tolerances set by an error model) under every MKL code
+    path in NUMERICS_PATHS and 1 and 2 threads; run it before landing a numeric change.
+
+    `nox -s numerics -- -k polar` narrows the selection as usual.
+    """
+    _sync(session, "--all-packages", "--all-groups", "--no-default-groups")
+    for cbwr in NUMERICS_PATHS:
+        for threads in NUMERICS_THREADS:
+            env = {
+                **CPU_ENV,
+                "MKL_CBWR": cbwr,
+                "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads,
+            }
+            session.log(f"MKL_CBWR={cbwr}, {threads} thread(s)")
+            # one pytest per member, as in tests(<member>): no test state crosses members
+            for m in LIBRARIES:
+                session.run(
+                    "pytest",
+                    f"{m.path}/tests",
+                    "-m",
+                    "numerics and not slow and not gpu",
+                    "-q",
+                    *session.posargs,
+                    env=env,
+                    success_codes=[0, 5],  # 5: the member has no numerics-marked test
+                )
+
+
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Run every member's benchmarks/*.py (quick sizes unless `-- --full`), JSON to reports/."""
@@ -120,10 +162,29 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def repro(session: nox.Session) -> None:
-    """Every registered headline experiment; the report lands in reports/repro/index.md."""
+    """The main job: every headline experiment in quick mode (under 20 minutes on 2 cores);
+    the report lands in reports/repro/index.md. `-- --all` adds the extra experiments,
+    `-- --full` runs paper scale."""
     _sync(session, "--all-packages", "--all-extras", "--group", "dev")
-    args = session.posargs or ["--quick"]
+    args = list(session.posargs)
+    if not {"--quick", "--full"} & set(args):
+        args.append("--quick")
     session.run("python", "-m", "shared_core.experiment.repro", *args, "--out", "reports/repro")
+
+
+# nox keeps one session per name, so one member's run is `repro_member(<member>)`
+@nox.session(default=False)
+@nox.parametrize("member", [nox.param(m.dist, id=m.dist) for m in LIBRARIES])
+def repro_member(session: nox.Session, member: str) -> None:
+    """Every experiment (headline and extra) of one member; report in reports/repro-<member>."""
+    _sync(session, "--all-packages", "--all-extras", "--group", "dev")
+    args = list(session.posargs)
+    if not {"--quick", "--full"} & set(args):
+        args.append("--quick")
+    out = f"reports/repro-{member}"
+    session.run(
+        "python", "-m", "shared_core.experiment.repro", "--member", member, *args, "--out", out
+    )
 
 
 @nox.session(reuse_venv=False)  # "installs alone" means a fresh environment

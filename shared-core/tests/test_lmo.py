@@ -40,6 +40,9 @@ from shared_core.lmo import (
     spectral_lmo,
 )
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 MATRIX_SHAPES = [(7, 5), (13, 31), (3, 6, 9)]
 MATRIX_NORMS = [
     Spectral(),

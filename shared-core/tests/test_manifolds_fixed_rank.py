@@ -16,6 +16,9 @@ from shared_core.manifolds import (
     SVDTangent,
 )
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 F64 = torch.float64
 EPS = torch.finfo(F64).eps
 

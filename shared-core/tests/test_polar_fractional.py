@@ -8,6 +8,9 @@ import torch
 
 from shared_core.polar import msign, spectral_power
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 def _matrix(m, n, kappa, gen, batch=(), dtype=torch.float64):
     """Random orthogonal factors, singular values log-spaced from 1 down to 1/kappa."""

@@ -14,8 +14,12 @@ from shared_core.polar import (
     msign,
     newton_schulz,
     normalize_frobenius,
+    spectral_power,
     svd_polar,
 )
+
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
 
 
 def _polar64(G):
@@ -88,15 +92,22 @@ def test_svd_path_is_exact_and_orthogonal(dtype, gen):
         torch.testing.assert_close(small, torch.eye(k, dtype=dtype), atol=tol, rtol=0)
 
 
-def test_svd_path_keeps_tiny_singular_values(gen):
-    # Singular values far below max(m, n) * eps * s_max are still directions of G: the exact
-    # factor must stay orthogonal (a rank cut-off there would drop them).
+def test_svd_path_keeps_singular_values_above_the_rank_cutoff(gen):
+    # Singular values down to 1e-6 of the largest are directions of a float64 G (cut-off
+    # 64 * eps64 ~ 1e-14): the exact factor stays orthogonal. In float32 the cut-off is
+    # 64 * eps32 ~ 8e-6, so the values below it are dropped (numpy's matrix_rank rule), unless
+    # the caller asks for rtol = 0.
     U, _ = torch.linalg.qr(torch.randn(64, 64, generator=gen, dtype=torch.float64))
     V, _ = torch.linalg.qr(torch.randn(64, 64, generator=gen, dtype=torch.float64))
     s = torch.logspace(0, -6, 64, dtype=torch.float64)
-    G = ((U * s) @ V.T).float()
+    G = (U * s) @ V.T
     Q = msign(G, method="svd")
-    torch.testing.assert_close(Q.T @ Q, torch.eye(64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(Q.T @ Q, torch.eye(64, dtype=torch.float64), atol=1e-10, rtol=0)
+    Q32 = svd_polar(G.float(), rtol=0.0)
+    torch.testing.assert_close(Q32.T @ Q32, torch.eye(64), atol=1e-5, rtol=0)
+    # the result is a partial isometry: singular values 1 (kept) or round-off (dropped)
+    kept = int((torch.linalg.svdvals(svd_polar(G.float()).double()) > 0.5).sum())
+    assert kept == int((s > 64 * torch.finfo(torch.float32).eps).sum())
 
 
 def test_svd_dtype_request(gen):
@@ -198,11 +209,14 @@ def test_zero_input_eigh_and_rank_deficient_svd(gen):
     assert torch.equal(msign(torch.zeros(4, 4), method="eigh"), torch.zeros(4, 4))
     u = torch.randn(20, 2, generator=gen, dtype=torch.float64)
     v = torch.randn(2, 12, generator=gen, dtype=torch.float64)
-    G = u @ v  # rank two: the factor is not unique; the SVD completes it to orthonormal
-    Q = msign(G, method="svd")
-    torch.testing.assert_close(Q.T @ Q, torch.eye(12, dtype=torch.float64), atol=1e-12, rtol=0)
+    G = u @ v  # rank two: the factor is not unique; msign returns the partial isometry
+    Q = msign(G, method="svd")  # U_2 V_2^T, whose Gram is the projector onto G's row space
+    P = torch.linalg.pinv(G) @ G
+    torch.testing.assert_close(Q.T @ Q, P, atol=1e-12, rtol=0)
     H = Q.T @ G  # still a polar decomposition G = Q H with H symmetric positive semidefinite
     torch.testing.assert_close(Q @ H, G, atol=1e-12, rtol=0)
+    torch.testing.assert_close(H, H.T, atol=1e-12, rtol=0)
+    assert float(torch.linalg.eigvalsh(H).min()) > -1e-12
     torch.testing.assert_close(H, H.T, atol=1e-12, rtol=0)
     assert float(torch.linalg.eigvalsh((H + H.T) / 2).min()) >= -1e-12
 
@@ -290,11 +304,14 @@ def test_newton_schulz_with_custom_coefficients(gen):
 
 def test_auto_method_rule(gen):
     assert auto_method(torch.randn(40, 30, generator=gen, dtype=torch.float64)) == "svd"
-    assert auto_method(torch.randn(1024, 32, generator=gen)) == "svd"
+    assert auto_method(torch.randn(1024, 32, generator=gen)) == "gram"
+    assert auto_method(torch.randn(4, 1024, 32, generator=gen)) == "gram"
+    assert auto_method(torch.randn(40, 30, generator=gen)) == "svd"
     assert auto_method(torch.randn(64, 64, generator=gen)) == "polar_express"
-    assert auto_method(torch.randn(4, 1024, 32, generator=gen)) == "polar_express"
-    G = torch.randn(640, 32, generator=gen)
-    assert _rel(msign(G, method="auto"), _polar64(G)) <= 1e-5  # took the exact route
+    assert auto_method(torch.randn(4, 40, 30, generator=gen)) == "polar_express"
+    for shape in ((640, 32), (40, 30)):
+        G = torch.randn(shape, generator=gen)
+        assert _rel(msign(G, method="auto"), _polar64(G)) <= 1e-5  # took an exact route
     G = torch.randn(3, 40, 30, generator=gen)
     torch.testing.assert_close(msign(G, method="auto", steps=4), msign(G, steps=4))
 
@@ -317,3 +334,37 @@ def test_bad_arguments_raise_value_errors(gen):
         msign([[1.0, 0.0], [0.0, 1.0]])
     with pytest.raises(ValueError, match="non-finite"):
         svd_polar(torch.full((2, 2), float("nan")))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(40, 30), (23, 57)])
+def test_exact_routes_agree_on_rank_deficient_input(dtype, shape):
+    # rank 5 by construction: the polar factor is U_5 V_5^T of the exact factors. The SVD
+    # returns the 25+ exact zeros as round-off (~eps * s_max); mapping those to 1, as a
+    # "zero only exactly-zero values" rule did, gave a relative error of ~2 here.
+    gen = torch.Generator().manual_seed(7)
+    m, n = shape
+    A = torch.randn(m, 5, generator=gen, dtype=torch.float64)
+    B = torch.randn(5, n, generator=gen, dtype=torch.float64)
+    G64 = A @ B
+    U, s, Vh = torch.linalg.svd(G64, full_matrices=False)
+    ref = U[:, :5] @ Vh[:5]
+    G = G64.to(dtype)
+    # error model: rounding G to dtype moves the rank-5 polar factor by about
+    # eps(dtype) * s_max / s_5 (the gap to the zero block); a generous 100x covers the sizes
+    cond = float(s[0] / s[4])
+    tol = 100 * torch.finfo(dtype).eps * cond
+    for route in ("svd", "gram"):
+        Q = msign(G, method=route).to(torch.float64)
+        err = float(torch.linalg.matrix_norm(Q - ref) / torch.linalg.matrix_norm(ref))
+        assert err < tol, (route, err, tol)
+    assert float(torch.linalg.matrix_norm(svd_polar(G).double() - ref)) < tol * 5**0.5
+    # spectral_power at a = 0 keeps agreeing with the SVD polar factor
+    torch.testing.assert_close(spectral_power(G, 0.0), svd_polar(G), atol=0, rtol=0)
+
+
+def test_svd_polar_rejects_a_bad_rtol():
+    G = torch.randn(4, 3)
+    for bad in (-0.1, 1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="rtol"):
+            svd_polar(G, rtol=bad)

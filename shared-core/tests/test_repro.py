@@ -88,6 +88,43 @@ def test_discover_rejects_conflicts_and_attributes(monkeypatch):
         discover()
 
 
+def test_headline_and_extra_groups(monkeypatch, capsys):
+    groups = {
+        repro.GROUP: [EntryPoint("a.one", "a.experiments.one", repro.GROUP)],
+        repro.EXTRA_GROUP: [EntryPoint("a.two", "a.experiments.two", repro.EXTRA_GROUP)],
+    }
+    monkeypatch.setattr(repro, "entry_points", lambda group: groups.get(group, []))
+    assert [(e.name, e.headline) for e in repro.discover()] == [("a.one", True)]
+    assert [(e.name, e.headline) for e in repro.discover_all()] == [
+        ("a.one", True),
+        ("a.two", False),
+    ]
+    assert repro.main(["--list", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "a.one\ta.experiments.one" in out and "a.two" in out and "extra" in out
+    assert repro.main(["--list"]) == 0
+    assert "a.two" not in capsys.readouterr().out
+    assert repro.main(["--list", "--member", "nobody"]) == 2
+    groups[repro.EXTRA_GROUP].append(EntryPoint("a.one", "a.experiments.one", repro.EXTRA_GROUP))
+    with pytest.raises(ValueError, match="headline and extra"):
+        repro.discover_all()
+
+
+def test_quick_estimate_reads_the_literal_without_importing(tmp_path, monkeypatch):
+    pkg = tmp_path / "estpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "timed.py").write_text("raise SystemExit('never imported')\nQUICK_SECONDS = 42.5\n")
+    (pkg / "untimed.py").write_text("X = 1\n")
+    (pkg / "computed.py").write_text("QUICK_SECONDS = 6 * 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert repro.quick_estimate("estpkg.timed") == 42.5
+    assert repro.quick_estimate("estpkg.untimed") is None
+    assert repro.quick_estimate("no_such_package.module") is None
+    with pytest.raises(ValueError, match="number literal"):
+        repro.quick_estimate("estpkg.computed")
+
+
 def test_run_all_validates(tmp_path):
     with pytest.raises(ValueError, match="mode"):
         run_all([], tmp_path, mode="medium")

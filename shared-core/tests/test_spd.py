@@ -7,6 +7,9 @@ import torch
 
 from shared_core.polar import expm_sym, inv_sqrtm, logm_sym, powm_sym, sqrtm
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 def _spd(n, gen, batch=(), cond=50.0):
     Q, _ = torch.linalg.qr(torch.randn(*batch, n, n, generator=gen, dtype=torch.float64))

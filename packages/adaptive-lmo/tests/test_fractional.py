@@ -11,6 +11,9 @@ from adaptive_lmo.fractional import fractional_update, schatten_p
 from shared_core.lmo import schatten_lmo
 from shared_core.polar import msign, spectral_power
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 def _rand(shape, seed, dtype=torch.float64):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)

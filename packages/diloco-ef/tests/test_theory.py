@@ -15,6 +15,9 @@ from diloco_ef.theory import (
     sla_risk,
 )
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 D = 20
 LAM = power_law_spectrum(D, 1.5)
 W_STAR = torch.arange(1, D + 1, dtype=torch.float64).pow(-0.5) * torch.tensor(

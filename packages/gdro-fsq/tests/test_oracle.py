@@ -8,6 +8,9 @@ import torch
 from gdro_fsq.optim import GDROFSQ
 from gdro_fsq.oracle import gdro_optimum, make_grouped_logistic, smoothed_max_optimum
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 @pytest.fixture(scope="module")
 def problem():

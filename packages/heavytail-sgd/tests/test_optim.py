@@ -230,3 +230,13 @@ def test_bad_schedule_value_is_reported_at_the_step():
 def test_entropy_parameters_on_the_simplex_are_accepted():
     x = torch.nn.Parameter(torch.full((2, 4), 0.25))
     SMD([x], lr=0.1, mirror="entropy")
+
+
+def test_pnorm_by_name_asks_for_the_exponent():
+    x = torch.nn.Parameter(torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"PNorm\(p\)"):
+        SMD([x], lr=0.1, mirror="pnorm")
+    opt = SMD([x], lr=0.1, mirror=PNorm(1.5))
+    x.grad = torch.ones_like(x)
+    opt.step()
+    assert torch.isfinite(x).all()

@@ -3,6 +3,7 @@
 import math
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,3 +197,29 @@ def test_p_outside_range(p):
 def test_bad_constants(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_step_schedule_validates_its_fields():
+    for bad in (
+        dict(base=float("nan"), cap=0.5),  # used to give a silent step of 0.5
+        dict(base=0.0),
+        dict(base=-1.0),
+        dict(base=math.inf),
+        dict(base=1.0, power=-0.5),
+        dict(base=1.0, power=float("nan")),
+        dict(base=1.0, cap=0.0),
+        dict(base=1.0, cap=float("nan")),
+        dict(base=True),
+    ):
+        with pytest.raises(ValueError, match="StepSchedule"):
+            S.StepSchedule(**bad)
+    assert S.StepSchedule(0.5, 0.5, cap=0.1)(4) == pytest.approx(0.1)
+
+
+def test_horizon_accepts_numpy_integers():
+    a = S.convex_smd_horizon(np.int64(100), 1.5, 1.0, 1.0)
+    b = S.convex_smd_horizon(100, 1.5, 1.0, 1.0)
+    assert a == b
+    for bad in (100.0, True, np.float64(100), 0):
+        with pytest.raises(ValueError, match="T must be"):
+            S.convex_smd_horizon(bad, 1.5, 1.0, 1.0)

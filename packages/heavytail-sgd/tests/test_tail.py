@@ -9,6 +9,9 @@ import torch
 from heavytail_sgd.noise import StudentT, SymmetricAlphaStable, SymmetricPareto
 from heavytail_sgd.tail import default_k, estimate_tail_index, hill, moment_estimator
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 MODELS = [
     SymmetricAlphaStable(1.2),
     SymmetricAlphaStable(1.5),

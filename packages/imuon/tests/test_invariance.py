@@ -12,6 +12,9 @@ from imuon import IMuon, fixed_rank_lmo, fixed_rank_rgrad, grassmann_lmo
 from imuon.lmo import fixed_rank_frames
 from shared_core.manifolds import Factors, FixedRankFactored, Grassmann
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 _spec = importlib.util.spec_from_file_location(
     "_problems", pathlib.Path(__file__).with_name("_problems.py")
 )

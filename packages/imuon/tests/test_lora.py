@@ -15,6 +15,9 @@ from imuon.lora import (
     prepare_peft_for_imuon,
 )
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 def test_lora_linear_keeps_the_function_and_trains_as_one_fixed_rank_point():
     torch.manual_seed(0)
@@ -68,3 +71,18 @@ def test_peft_pairs_are_found_prepared_and_stepped():
         opt.step()
         losses.append(float(loss))
     assert losses[-1] < losses[0]
+
+
+def test_peft_fold_keeps_a_float64_model_to_float64_round_off():
+    # the fold W - s B A must be computed in the model's dtype: a float32 fold moved a float64
+    # model's outputs by ~1e-8 (float32 round-off of B A). Error model in float64: each output
+    # is a sum of <= 16 * 10 products of O(1) terms, so ~1e2 * eps64 ~ 2e-14; allow 1e-12.
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(11, 17), nn.Tanh(), nn.Linear(17, 7)).double()
+    x = torch.randn(29, 11, dtype=torch.float64)
+    before = model(x).detach()
+    pm = peft.get_peft_model(model, peft.LoraConfig(r=3, lora_alpha=6, target_modules=["0", "2"]))
+    assert all(b.dtype == torch.float64 for _, b, _ in find_lora_pairs(pm))
+    assert prepare_peft_for_imuon(pm, init_std=0.5) == 2
+    torch.testing.assert_close(pm(x), before, atol=1e-12, rtol=0)

@@ -485,3 +485,57 @@ def test_fixed_rank_float32_steps_match_the_float64_steps(m, n, r, nesterov, spr
     assert float((x32 - x64).norm() / x64.norm()) < 1e-4
     m32, m64 = out[torch.float32][1].double(), out[D][1]
     assert float((m32 - m64).norm() / m64.norm()) < 1e-4
+
+
+# ---------------------------------------------------------------- groups added later
+def test_add_param_group_is_validated_like_the_constructor():
+    gen = _gen(11)
+    W = torch.nn.Parameter(torch.randn(7, 5, generator=gen, dtype=D))
+    opt = IMuon([W], lr=0.02)
+    V = torch.nn.Parameter(torch.randn(5, 3, generator=gen, dtype=D))
+    with pytest.raises(ValueError, match="invalid lr"):
+        opt.add_param_group({"params": [V], "lr": -1.0})
+    with pytest.raises(ValueError, match="invalid manifold"):
+        opt.add_param_group({"params": [V], "manifold": "hyperbolic"})
+    # a non-orthonormal Stiefel point would jump onto the manifold at the first step
+    with pytest.raises(ValueError, match="not a point"):
+        opt.add_param_group({"params": [V], "manifold": "stiefel"})
+    assert len(opt.param_groups) == 1  # refused groups are not kept
+    X = torch.nn.Parameter(Stiefel(5, 3).random_point(generator=gen, dtype=D))
+    opt.add_param_group({"params": [X], "manifold": "stiefel"})
+    assert len(opt.param_groups) == 2
+
+
+def test_decay_that_would_zero_the_parameters_is_refused():
+    W = torch.nn.Parameter(torch.randn(6, 4, dtype=D))
+    with pytest.raises(ValueError, match="weight_decay"):
+        IMuon([W], lr=0.5, weight_decay=2.0)
+    with pytest.raises(ValueError, match="adamw_weight_decay"):
+        IMuon([torch.nn.Parameter(torch.randn(4, dtype=D))], adamw_lr=0.5, adamw_weight_decay=3.0)
+    # a scheduler that raises lr later is caught at the step, before anything moves
+    opt = IMuon([W], lr=0.05, weight_decay=2.0)
+    opt.param_groups[0]["lr"] = 0.6
+    W.grad = torch.randn_like(W)
+    before = W.detach().clone()
+    with pytest.raises(ValueError, match=r"1 - lr \* wd"):
+        opt.step()
+    assert torch.equal(W.detach(), before)
+
+
+def test_a_fixed_rank_pair_with_one_gradient_warns():
+    gen = _gen(12)
+    A = torch.nn.Parameter(torch.randn(7, 2, generator=gen, dtype=D))
+    B = torch.nn.Parameter(torch.randn(5, 2, generator=gen, dtype=D))
+    opt = IMuon([{"params": [A, B], "manifold": "fixed_rank"}], lr=0.02)
+    A.grad = torch.randn_like(A)
+    with pytest.warns(RuntimeWarning, match="one factor only"):
+        opt.step()
+
+
+def test_sparse_gradients_get_a_clear_error():
+    emb = torch.nn.Embedding(11, 4, sparse=True).double()
+    opt = IMuon(emb.parameters(), lr=0.02)
+    emb(torch.tensor([1, 3, 3])).sum().backward()
+    assert emb.weight.grad.is_sparse
+    with pytest.raises(RuntimeError, match="sparse gradients"):
+        opt.step()

@@ -9,6 +9,9 @@ from learning_theory.compression import Compressed, check_scheme, max_margin_hal
 from learning_theory.halfspaces import HalfspaceScheme, max_margin_halfspace, min_norm_point
 from learning_theory.samplers import realizable_sampler
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 @pytest.mark.parametrize(("name", "d"), [("halfspaces3", 3), ("halfspaces5", 5)])
 def test_scheme_passes_checker_and_attains_d_plus_one(name, d):
@@ -103,3 +106,43 @@ def test_bad_dimension():
     for d in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="dim"):
             HalfspaceScheme(d)
+
+
+@pytest.mark.parametrize("log_scale", range(-8, 9, 2))
+def test_scheme_is_invariant_to_the_units_of_the_data(log_scale):
+    # The max-margin hyperplane is equivariant under x -> c x + t, so the support set and the
+    # labelling must not change with the units (absolute tolerances made 1e4 raise and 1e-6
+    # report "not realizable"). Reference: the same sample at unit scale.
+    rng = np.random.default_rng(17)
+    scheme = HalfspaceScheme(4)
+    w = rng.normal(size=4)
+    x = rng.normal(size=(37, 4))
+    y = (x @ w > 0.2).astype(int)
+    ref = scheme.compress(x, y).indices
+    c = 10.0**log_scale
+    t = rng.normal(size=4) * c * 3.0
+    xs = c * x + t
+    kept = scheme.compress(xs, y).indices
+    assert kept == ref
+    h = scheme.reconstruct(xs[list(kept)], y[list(kept)])
+    assert (h(xs) == y).all()
+
+
+def test_a_small_margin_sample_that_compresses_also_reconstructs():
+    # margin 2e-5 at unit scale: accepted samples must reconstruct (the kept points' hulls
+    # are at least as far apart as the sample's), at any scale
+    rng = np.random.default_rng(5)
+    w = np.array([1.0, -1.0, 0.5])
+    w /= np.linalg.norm(w)
+    x = rng.normal(size=(60, 3))
+    side = np.where(np.arange(60) % 2 == 0, 1.0, -1.0)
+    # distance to the plane w.x = 0: exactly 2e-5 for the first four points, more for the rest
+    dist = np.where(np.arange(60) < 4, 2e-5, 2e-5 + np.abs(rng.normal(size=60)))
+    x += np.outer(side * dist - x @ w, w)
+    y = (side > 0).astype(int)
+    scheme = HalfspaceScheme(3)
+    for c in (1e-6, 1.0, 1e4):
+        xs = c * x
+        comp = scheme.compress(xs, y)
+        h = scheme.reconstruct(xs[list(comp.indices)], y[list(comp.indices)])
+        assert (h(xs) == y).all()

@@ -17,6 +17,9 @@ from trak_theory.loo_nn import (
 )
 from trak_theory.scores import alo_scores
 
+# tolerances here follow an error model; `nox -s numerics` reruns them on every BLAS path
+pytestmark = pytest.mark.numerics
+
 
 def _lbfgs(fun, x0: torch.Tensor, iters: int = 400) -> torch.Tensor:
     """Brute force: float64 L-BFGS (strong Wolfe) on fun from x0, to its own tolerance."""

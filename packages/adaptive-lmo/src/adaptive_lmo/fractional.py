@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from shared_core.polar import msign, spectral_power
+from shared_core.polar import default_rtol, msign, significant, spectral_power
 
 __all__ = [
     "METHODS",
@@ -104,17 +104,20 @@ def svd_factors(G: Tensor) -> SVDFactors:
     return SVDFactors(U, s, Vh)
 
 
-def power_weights(s: Tensor, a: float, scale: str) -> Tensor:
+def power_weights(s: Tensor, a: float, scale: str, rtol: float = 0.0) -> Tensor:
     r"""The new singular values: :math:`s^a` (``"none"``) or :math:`s^a\sqrt{k}/\|s^a\|_2`.
 
-    Exactly-zero singular values map to zero for every ``a`` (also ``a = 0``, as ``msign``).
+    Singular values at or below ``rtol`` times the largest (the numerical zeros; ``rtol = 0``:
+    exact zeros only) map to zero for every ``a``, also ``a = 0``, as in
+    ``shared_core.polar.msign``; :func:`fractional_update` passes msign's own cut-off.
     """
-    w = torch.where(s > 0, s.pow(a), 0.0)
+    keep = significant(s, rtol)
+    w = torch.where(keep, s.pow(a), 0.0)
     if scale == "spectral" and a != 0.0:
         top = w.amax(-1, keepdim=True)
         return w * torch.where(top > 0, 1.0 / top.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
     if scale == "polar" and a != 0.0:
-        k = (s > 0).sum(-1, keepdim=True).to(s.dtype)
+        k = keep.sum(-1, keepdim=True).to(s.dtype)
         nrm = torch.linalg.vector_norm(w, dim=-1, keepdim=True)
         w = w * torch.where(nrm > 0, k.sqrt() / nrm.clamp_min(torch.finfo(s.dtype).tiny), 0.0)
     return w
@@ -184,5 +187,5 @@ def fractional_update(
         fro_g = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
         return P * fro_g.pow(a)
     f = factors if factors is not None else svd_factors(X)
-    w = power_weights(f.s, a, scale)
+    w = power_weights(f.s, a, scale, rtol=default_rtol(m, n, f.s.dtype))
     return (f.U * w.unsqueeze(-2)) @ f.Vh

@@ -57,6 +57,15 @@ def _check_lr(lr: Any) -> LR:
     return float(lr)
 
 
+def _mirror(mirror: str | MirrorMap) -> MirrorMap:
+    if isinstance(mirror, str) and mirror.strip().lower() == "pnorm":
+        raise ValueError(
+            "mirror='pnorm' needs its exponent: pass the map itself, "
+            "shared_core.mirror.PNorm(p) with p in (1, 2] (e.g. PNorm(1.5))"
+        )
+    return get_mirror(mirror)
+
+
 def _lr_at(lr: LR, t: int) -> float:
     eta = lr(t) if callable(lr) else lr
     if not (isinstance(eta, int | float) and eta > 0 and math.isfinite(eta)):
@@ -99,9 +108,10 @@ class SMD(Optimizer):
             (e.g. on the simplex for ``"entropy"``), checked here.
         lr: step size :math:`\eta > 0`, or a callable ``t -> eta_t`` of the 1-based step count
             (e.g. a :class:`heavytail_sgd.schedules.StepSchedule`).
-        mirror: ``"euclidean"``, ``"entropy"``, ``"pnorm"`` or a
-            :class:`shared_core.mirror.MirrorMap` instance (e.g. ``PNorm(1.5)``,
-            ``Euclidean(Ball(1.0))``).
+        mirror: ``"euclidean"``, ``"entropy"`` or a :class:`shared_core.mirror.MirrorMap`
+            instance (e.g. ``PNorm(1.5)``, ``Euclidean(Ball(1.0))``); the p-norm map needs
+            its exponent, so it is passed as ``PNorm(p)`` (the string ``"pnorm"`` is refused
+            with that advice).
         average: ``None``, ``"uniform"`` (:math:`w_t = 1`) or ``"weighted"``
             (:math:`w_t = \eta_t`): keep :math:`\bar x = \sum_t w_t x_t / \sum_t w_t` over the
             points :math:`x_1, \dots, x_T` where gradients were taken.
@@ -123,12 +133,12 @@ class SMD(Optimizer):
         mirror: str | MirrorMap = "euclidean",
         average: str | None = None,
     ) -> None:
-        defaults = {"lr": _check_lr(lr), "mirror": get_mirror(mirror), "average": average}
+        defaults = {"lr": _check_lr(lr), "mirror": _mirror(mirror), "average": average}
         self._check_average(average)
         super().__init__(params, defaults)
         for group in self.param_groups:
             group["lr"] = _check_lr(group["lr"])
-            group["mirror"] = get_mirror(group["mirror"])
+            group["mirror"] = _mirror(group["mirror"])
             self._check_average(group["average"])
             for p in group["params"]:
                 try:

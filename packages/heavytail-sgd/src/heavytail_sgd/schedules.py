@@ -46,6 +46,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -92,9 +93,10 @@ def _pos(name: str, value: float | None, *, optional: bool = False) -> float | N
 
 
 def _horizon(T: int) -> int:
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+    # any integer type (numpy.int64 from a sweep included), never a bool or a float
+    if isinstance(T, bool) or not isinstance(T, numbers.Integral) or T < 1:
         raise ValueError(f"T must be a positive int, got {T!r}")
-    return T
+    return int(T)
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,18 @@ class StepSchedule:
     power: float = 0.0
     cap: float = math.inf
 
+    def __post_init__(self) -> None:
+        # a NaN base with a cap would give min(cap, nan) = cap, a silent wrong step
+        for name, lo_open in (("base", True), ("power", False), ("cap", True)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
+                raise ValueError(f"StepSchedule.{name} must be a real number, got {v!r}")
+            if (v <= 0 if lo_open else v < 0) or (name != "cap" and math.isinf(v)):
+                need = "> 0" if lo_open else ">= 0"
+                raise ValueError(f"StepSchedule.{name} must be finite and {need}, got {v!r}")
+
     def __call__(self, t: int) -> float:
-        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 1:
             raise ValueError(f"step count t must be an int >= 1, got {t!r}")
         return min(self.cap, self.base * t ** (-self.power))
 

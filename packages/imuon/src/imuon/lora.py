@@ -164,7 +164,11 @@ def prepare_peft_for_imuon(model: nn.Module, init_std: float = 0.02, seed: int =
             if float(wa.norm()) == 0:
                 wa.copy_((torch.randn(wa.shape, generator=gen) * init_std).to(wa))
             scale = mod.scaling[adapter]
-            delta = (wb.float() @ wa.float()) * scale
+            # fold in the wider of the model's and the factors' dtypes (at least float32): a
+            # float32 fold would move a float64 model's function by float32 round-off
+            dt = torch.promote_types(torch.promote_types(base.weight.dtype, wb.dtype), wa.dtype)
+            dt = torch.promote_types(dt, torch.float32)
+            delta = (wb.to(dt) @ wa.to(dt)) * scale
             if getattr(mod, "fan_in_fan_out", False):
                 delta = delta.T
             base.weight.sub_(delta.to(base.weight.dtype))

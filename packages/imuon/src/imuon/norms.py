@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from shared_core.lmo.schatten import check_p, dual_exponent
-from shared_core.polar import gram_polar, msign
+from shared_core.polar import auto_method, default_rtol, gram_polar, msign, significant
 
 __all__ = [
     "NormSpec",
@@ -94,36 +94,25 @@ def resolve_polar(method: str, G: Tensor) -> str:
     matrix, :func:`shared_core.polar.gram_polar`) or a Newton-Schulz table of
     :func:`shared_core.polar.msign`.
 
-    ``"auto"`` takes the exact SVD for float64, the Gram route for elongated (aspect ratio
-    >= 16) float32/bf16 CPU matrices, where it is faster than both the SVD and Newton-Schulz
-    (one thread: 4096x64 ~1.5 ms vs 3-9 ms and 2.1 ms for five bf16 steps; 4096x8 ~80 us vs
-    ~115 us and ~430 us), the SVD for other small matrices (``min(m, n) <= 32``) and Polar
-    Express otherwise. For float32 input both exact routes zero the singular values below
-    ``max(m, n)`` float32 epsilons of the largest; above it the Gram route's error on a
-    singular direction of relative size ``t`` is about ``max(m, n) * eps64 / t**2`` (float32
-    round-off for ``t >~ 1e-2``, 2e-6 at the cut-off of a 4096-row block).
+    ``"auto"`` is shared-core's one policy, :func:`shared_core.polar.auto_method` (the SVD for
+    float64; on the CPU the Gram route for elongated blocks, the SVD for small single
+    matrices; Polar Express otherwise; its docstring has the timings). For float32 input both
+    exact routes zero the singular values below ``max(m, n)`` float32 epsilons of the
+    largest; above it the Gram route's error on a singular direction of relative size ``t`` is
+    about ``max(m, n) * eps64 / t**2`` (float32 round-off for ``t >~ 1e-2``, 2e-6 at the
+    cut-off of a 4096-row block).
     """
     if method not in POLAR_METHODS:
         raise ValueError(f"unknown polar method {method!r}; use one of {POLAR_METHODS}")
     if method != "auto":
         return method
-    m, n = G.shape[-2:]
-    small, big = min(m, n), max(m, n)
-    if G.dtype == torch.float64:
-        return "svd"
-    if G.device.type == "cpu" and big >= 16 * small:
-        return "gram"
-    if small <= 32:
-        return "svd"
-    return "polar_express"
+    return auto_method(G)
 
 
 def _mask(s: Tensor, shape: tuple[int, int]) -> Tensor:
-    # Singular values below this are numerical zeros: their singular vectors are arbitrary
-    # and would leak out of the block's row/column spaces.
-    top = s.amax(dim=-1, keepdim=True)
-    tol = max(shape) * torch.finfo(s.dtype).eps * top
-    return s > tol
+    # Singular values below shared-core's cut-off are numerical zeros: their singular vectors
+    # are arbitrary and would leak out of the block's row/column spaces.
+    return significant(s, default_rtol(*shape, s.dtype))
 
 
 def masked_polar(G: Tensor) -> Tensor:

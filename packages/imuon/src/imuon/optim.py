@@ -219,11 +219,32 @@ class IMuon(Optimizer):
         self._owners: dict[int, Tensor] = {}
         self._gathered_grads: dict[int, Tensor] = {}
         self._work: dict[Tensor, Tensor] = {}
-        for group in self.param_groups:
-            self._validate(group)
-            self._check_group_points(group)
 
     # ------------------------------------------------------------------ validation
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """As torch's, then the same checks as the constructor: option values, and points
+        on their manifolds (a group added later is held to the same rules)."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        try:
+            self._validate(group)
+            self._check_group_points(group)
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+    @staticmethod
+    def _check_decay(g: dict[str, Any]) -> None:
+        # (1 - lr wd) <= 0 zeroes or flips the parameters (fixed-rank factors then collapse
+        # to zero and the next step's SVD fails): refuse it, at construction and at each step
+        # (a scheduler may raise lr later).
+        for lr_key, wd_key in (("lr", "weight_decay"), ("adamw_lr", "adamw_weight_decay")):
+            if g[wd_key] and g[lr_key] * g[wd_key] >= 1:
+                raise ValueError(
+                    f"{lr_key} * {wd_key} = {g[lr_key]!r} * {g[wd_key]!r} >= 1: decoupled "
+                    "weight decay would scale the parameters by 1 - lr * wd <= 0; lower one"
+                )
+
     @staticmethod
     def _validate(g: dict[str, Any]) -> None:
         lr = g["lr"]
@@ -271,6 +292,7 @@ class IMuon(Optimizer):
         awd = g["adamw_weight_decay"]
         if not isinstance(awd, (int, float)) or not math.isfinite(awd) or awd < 0:
             raise ValueError(f"invalid adamw_weight_decay: {awd!r}")
+        IMuon._check_decay(g)
 
     def _kind(self, group: dict[str, Any], p: Tensor) -> str:
         kind = group["manifold"]
@@ -415,6 +437,12 @@ class IMuon(Optimizer):
         ]
         if not grads:
             return True
+        if any(t.is_sparse for t in grads):
+            raise RuntimeError(
+                "IMuon does not support sparse gradients (an nn.Embedding with sparse=True?): "
+                "its steps need the whole gradient matrix; use dense gradients, or "
+                "torch.optim.SparseAdam for those parameters"
+            )
         # Fast path, exact: a sum with a NaN or an infinite term is NaN or infinite (inf + x is
         # inf or NaN, NaN propagates, whatever the summation order), so a finite sum of sums
         # proves every entry finite. One read of each gradient instead of a boolean tensor per
@@ -453,10 +481,19 @@ class IMuon(Optimizer):
             )
             return loss
         for group in self.param_groups:
+            self._check_decay(group)
             if group["manifold"] == "fixed_rank":
                 for a, b in self._pairs(group):
                     if a.grad is not None and b.grad is not None:
                         self._step_fixed_rank(group, self._work.get(a, a), self._work.get(b, b))
+                    elif a.grad is not None or b.grad is not None:
+                        warnings.warn(
+                            "IMuon.step: a fixed_rank pair has a gradient on one factor only "
+                            f"(shapes {tuple(a.shape)}, {tuple(b.shape)}); the pair was not "
+                            "stepped (is the other factor frozen or unused in the loss?)",
+                            RuntimeWarning,
+                            stacklevel=3,
+                        )
                 continue
             for p in group["params"]:
                 if p.grad is None:

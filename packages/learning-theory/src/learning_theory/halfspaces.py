@@ -48,13 +48,19 @@ def min_norm_point(
         ``x`` and its convex weights ``{index: weight > 0}``.
     """
     p = np.asarray(points, dtype=np.float64)
-    scale = max(1.0, float((p**2).sum(1).max()))
+    # Stopping rule, relative (no absolute constant: the answer must not depend on the units
+    # of the points): the duality gap x.x - min_j p_j.x is below 1e-12 of x.x, or below the
+    # round-off of the products themselves (~ a few eps * |x| * max |p_j|), whichever is larger.
+    radius = float(np.sqrt((p**2).sum(1).max()))
+    floor = 64 * np.finfo(np.float64).eps * radius
     start = int((p**2).sum(1).argmin())
     corral, lam = [start], np.array([1.0])
     for _ in range(max_iter):
         x = lam @ p[corral]
         j = int((p @ x).argmin())
-        if x @ x - p[j] @ x <= 1e-12 * scale or j in corral:
+        xx = float(x @ x)
+        gap = xx - float(p[j] @ x)
+        if gap <= max(1e-12 * xx, floor * np.sqrt(xx)) or j in corral:
             return x, dict(zip(corral, lam.tolist(), strict=True))
         corral.append(j)
         lam = np.append(lam, 0.0)
@@ -75,7 +81,9 @@ def min_norm_point(
             keep = lam > 1e-12
             corral = [c for c, kp in zip(corral, keep, strict=True) if kp]
             lam = lam[keep] / lam[keep].sum()
-    raise RuntimeError("min_norm_point did not converge")
+    raise ValueError(
+        f"min_norm_point did not converge in {max_iter} iterations (numerically degenerate points?)"
+    )
 
 
 def _caratheodory(alpha: np.ndarray, vecs: np.ndarray) -> np.ndarray:
@@ -115,18 +123,29 @@ def max_margin_halfspace(
 
     Returns:
         ``w`` (d,), ``b`` and the sorted support indices (at most ``d + 1``), with
-        ``(2y - 1)(x w + b) >= 1 - 1e-7`` for every point.
+        ``(2y - 1)(z w' + b') >= 1 - 1e-7`` for every point in the centred, unit-radius
+        coordinates ``z = (x - t) / c`` the problem is solved in (``w = w' / c``): the margin
+        in the caller's units is that of the data, at any scale.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x_in = np.asarray(x, dtype=np.float64)
     s = 2.0 * np.asarray(y, dtype=np.float64) - 1.0
     pos, neg = np.flatnonzero(s > 0), np.flatnonzero(s < 0)
     if pos.size == 0 or neg.size == 0:
         raise ValueError("max_margin_halfspace needs both labels in the sample")
+    # The max-margin hyperplane is equivariant under x -> (x - t) / c, so solve it on centred
+    # points of unit radius: every tolerance below is then relative, and the support set the
+    # same at any scale or offset of the data (tested over 1e-8..1e8).
+    centre = x_in.mean(0)
+    radius = float(np.sqrt(((x_in - centre) ** 2).sum(1).max()))
+    if radius == 0.0 or not np.isfinite(radius):
+        return None  # all points equal (both labels present): not separable
+    x = (x_in - centre) / radius
     diff = (x[pos, None, :] - x[None, neg, :]).reshape(-1, x.shape[1])
     u, weights = min_norm_point(diff)
     uu = float(u @ u)
-    if uu <= 1e-18 * max(1.0, float((x**2).sum(1).max())):
-        return None  # the hulls touch: not separable
+    # hulls closer than the round-off of the unit-radius differences touch: not separable
+    if np.sqrt(uu) <= 64 * np.finfo(np.float64).eps:
+        return None
     alpha = np.zeros(x.shape[0])
     for k, lam in weights.items():
         i, j = divmod(k, neg.size)
@@ -139,7 +158,9 @@ def max_margin_halfspace(
     b = float(np.mean(s[support] - x[support] @ w))  # every support point is tight
     if (s * (x @ w + b)).min() < 1.0 - 1e-7:
         return None
-    return w, b, support
+    # back to the caller's units: w.(x - t)/c + b = (w/c).x + (b - (w/c).t)
+    w = w / radius
+    return w, b - float(w @ centre), support
 
 
 class HalfspaceScheme(CompressionScheme):

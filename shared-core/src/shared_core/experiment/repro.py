@@ -1,26 +1,40 @@
-"""Run every registered headline experiment and write one markdown report.
+"""Run the registered experiments and write one markdown report.
 
-Registry: a package lists its headline experiments as entry points in the group
-``frontier_opt.experiments`` (name ``<package>.<experiment>``, value the module to run with
-``python -m``), in its own ``pyproject.toml``::
+Registry: a package lists its experiments as entry points in its own ``pyproject.toml``
+(name ``<package>.<experiment>``, value the module to run with ``python -m``), in one of two
+groups::
 
-    [project.entry-points."frontier_opt.experiments"]
+    [project.entry-points."frontier_opt.experiments"]        # headline: the main job
     "imuon.conditioning" = "imuon.experiments.conditioning"
+
+    [project.entry-points."frontier_opt.experiments.extra"]  # the rest: --all, --member
+    "imuon.lora" = "imuon.experiments.lora"
 
 so that installing a package is all it takes for ``nox -s repro`` to find it: nothing central
 is edited. The runner starts each module in a fresh interpreter with ``--quick`` (or ``--full``)
 and ``--out <report>/<name>``, then reads the ``result.json`` it wrote (see
 :mod:`shared_core.experiment.run`).
 
+Budget. The main job (headline experiments, quick mode) must finish in ``MAIN_JOB_BUDGET_S``
+on a quiet 2-core machine, each headline experiment in ``QUICK_BUDGET_S``. A headline module
+states its measured quick-mode time as a top-level ``QUICK_SECONDS = <number>`` (read from
+its source, without importing it); the runner prints the expected total before it starts,
+records the measured seconds in ``index.json``, and the integration tests fail when a
+headline estimate is missing or over budget.
+
 Usage::
 
-    python -m shared_core.experiment.repro --quick --out reports/repro
-    python -m shared_core.experiment.repro --list
+    python -m shared_core.experiment.repro --quick --out reports/repro   # the main job
+    python -m shared_core.experiment.repro --all                          # every experiment
+    python -m shared_core.experiment.repro --member imuon                 # one package's
+    python -m shared_core.experiment.repro --list [--all]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -33,9 +47,26 @@ from typing import Any
 
 from .run import RESULT_FILE
 
-__all__ = ["GROUP", "Entry", "discover", "main", "render_index", "run_all"]
+__all__ = [
+    "EXTRA_GROUP",
+    "GROUP",
+    "MAIN_JOB_BUDGET_S",
+    "QUICK_BUDGET_S",
+    "Entry",
+    "discover",
+    "discover_all",
+    "main",
+    "quick_estimate",
+    "render_index",
+    "run_all",
+]
 
 GROUP = "frontier_opt.experiments"
+EXTRA_GROUP = "frontier_opt.experiments.extra"
+#: Seconds one headline experiment may take in quick mode on a quiet 2-core machine.
+QUICK_BUDGET_S = 90.0
+#: Seconds the whole main job (every headline experiment, quick mode) may take there.
+MAIN_JOB_BUDGET_S = 1200.0
 
 
 @dataclass(frozen=True)
@@ -43,10 +74,11 @@ class Entry:
     name: str
     module: str
     dist: str | None
+    headline: bool = True
 
 
 def discover(group: str = GROUP) -> list[Entry]:
-    """The registered experiments, sorted by name; duplicate names are an error."""
+    """The experiments registered in ``group``, sorted by name; duplicate names are an error."""
     found: dict[str, Entry] = {}
     for ep in entry_points(group=group):
         if ep.name in found and found[ep.name].module != ep.value:
@@ -57,8 +89,39 @@ def discover(group: str = GROUP) -> list[Entry]:
         if ":" in ep.value:
             raise ValueError(f"experiment {ep.name!r} must name a module, got {ep.value!r}")
         dist = ep.dist.name if ep.dist is not None else None
-        found[ep.name] = Entry(ep.name, ep.value, dist)
+        found[ep.name] = Entry(ep.name, ep.value, dist, headline=group == GROUP)
     return [found[k] for k in sorted(found)]
+
+
+def discover_all() -> list[Entry]:
+    """Headline and extra experiments together, sorted by name; a name in both is an error."""
+    head, extra = discover(GROUP), discover(EXTRA_GROUP)
+    both = {e.name for e in head} & {e.name for e in extra}
+    if both:
+        raise ValueError(f"experiments registered as headline and extra: {sorted(both)}")
+    return sorted(head + extra, key=lambda e: e.name)
+
+
+def quick_estimate(module: str) -> float | None:
+    """The module's top-level ``QUICK_SECONDS`` literal (its measured quick-mode time), read
+    from its source without importing it; ``None`` when it states none."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package that is not importable here
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "QUICK_SECONDS":
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, int | float):
+                return float(value.value)
+            raise ValueError(f"{module}.QUICK_SECONDS must be a number literal")
+    return None
 
 
 def _run_one(entry: Entry, out: Path, mode: str, timeout: float) -> dict[str, Any]:
@@ -82,6 +145,8 @@ def _run_one(entry: Entry, out: Path, mode: str, timeout: float) -> dict[str, An
         "name": entry.name,
         "module": entry.module,
         "dist": entry.dist,
+        "headline": entry.headline,
+        "estimate_seconds": quick_estimate(entry.module) if mode == "quick" else None,
         "status": status,
         "seconds": seconds,
         "result": result,
@@ -213,17 +278,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help="paper-scale mode")
     p.add_argument("--out", type=Path, default=Path("reports/repro"))
     p.add_argument("-k", dest="select", default=None, help="only names containing this text")
+    p.add_argument("--all", action="store_true", help="headline and extra experiments")
+    p.add_argument("--member", default=None, help="every experiment of this package (dist name)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per experiment")
-    p.add_argument("--list", action="store_true", help="list the registered experiments and exit")
+    p.add_argument("--list", action="store_true", help="list the selected experiments and exit")
     args = p.parse_args(argv)
     mode = "full" if args.full else "quick"
-    entries = discover()
+    entries = discover_all() if (args.all or args.member) else discover()
+    if args.member:
+        entries = [e for e in entries if e.dist == args.member]
+        if not entries:
+            print(f"[repro] no experiment registered by {args.member!r}", file=sys.stderr)
+            return 2
     if args.select:
         entries = [e for e in entries if args.select in e.name]
     if args.list:
         for e in entries:
-            print(f"{e.name}\t{e.module}\t{e.dist}")
+            kind = "headline" if e.headline else "extra"
+            est = quick_estimate(e.module)
+            print(f"{e.name}\t{e.module}\t{e.dist}\t{kind}\t{'' if est is None else est}")
         return 0
+    if mode == "quick":
+        est = [quick_estimate(e.module) for e in entries]
+        known = [x for x in est if x is not None]
+        print(
+            f"[repro] {len(entries)} experiments, quick mode: expected ~{sum(known):.0f} s "
+            f"on a quiet 2-core machine ({len(est) - len(known)} without an estimate)",
+            flush=True,
+        )
     runs = run_all(entries, args.out, mode=mode, timeout=args.timeout)
     (args.out / "index.json").write_text(json.dumps(runs, indent=2) + "\n")
     index = args.out / "index.md"

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+from ._svd import default_rtol, significant
 from .coefficients import (
     DEFAULT_STEPS,
     DEFAULT_TABLE,
@@ -47,6 +48,7 @@ __all__ = [
     "NSTable",
     "auto_method",
     "coefficients_for",
+    "default_rtol",
     "eigh_sign",
     "expm_sym",
     "get_table",
@@ -59,6 +61,7 @@ __all__ = [
     "normalize_frobenius",
     "polar_express_coefficients",
     "powm_sym",
+    "significant",
     "spectral_power",
     "sqrtm",
     "svd_polar",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["svd_apply"]
+__all__ = ["default_rtol", "significant", "svd_apply"]
 
 
 def svd_apply(G: Tensor, weights: Callable[[Tensor], Tensor], dtype: torch.dtype) -> Tensor:
@@ -29,3 +29,20 @@ def svd_apply(G: Tensor, weights: Callable[[Tensor], Tensor], dtype: torch.dtype
     X = G.to(dtype)
     U, s, Vh = torch.linalg.svd(X, full_matrices=False)
     return ((U * weights(s).unsqueeze(-2)) @ Vh).to(G.dtype)
+
+
+def default_rtol(m: int, n: int, dtype: torch.dtype) -> float:
+    """The numerical-rank cut-off ``max(m, n) * eps`` (the rule of ``numpy.linalg.matrix_rank``)
+    of an ``m x n`` matrix computed in ``dtype`` (float32's epsilon for half precision)."""
+    eps_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    return max(m, n) * torch.finfo(eps_dtype).eps
+
+
+def significant(s: Tensor, rtol: float) -> Tensor:
+    """Mask of the singular values ``s`` (``(..., k)``, any order) above ``rtol`` times the
+    largest: the others are round-off of exact zeros, and their directions are noise.
+
+    One rule for every exact polar route (SVD, Gram, fractional powers), so that they agree
+    on rank-deficient input. An all-zero row of ``s`` keeps nothing."""
+    top = s.amax(dim=-1, keepdim=True)
+    return s > rtol * top

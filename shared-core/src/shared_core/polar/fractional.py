@@ -52,7 +52,7 @@ from torch import Tensor
 
 from ._checks import check_finite as _check_finite
 from ._checks import check_matrix, exact_dtype
-from ._svd import svd_apply
+from ._svd import default_rtol, significant, svd_apply
 
 __all__ = ["spectral_power"]
 
@@ -207,9 +207,12 @@ def spectral_power(
     if method == "iterative":
         return _iterative_power(G, af, cd, max_iter)
 
+    cut = default_rtol(*G.shape[-2:], cd)
+
     def weights(s: Tensor) -> Tensor:
-        # (s / fro)^0 is 1 even where s = 0; masking by s > 0 keeps a = 0 equal to msign.
+        # (s / fro)^0 is 1 even for a round-off singular value; masking by svd_polar's
+        # cut-off keeps a = 0 equal to msign(method="svd") on rank-deficient input too.
         fro = torch.linalg.vector_norm(s, dim=-1, keepdim=True)
-        return torch.where(s > 0, (s / fro).pow(af), 0.0)
+        return torch.where(significant(s, cut), (s / fro).pow(af), 0.0)
 
     return svd_apply(G, weights, cd)

@@ -52,6 +52,10 @@ from ._common import (
     verdict,
 )
 
+#: Quick-mode wall seconds on a 2-core CPU (README: 32.4 s at load 2);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 33
+
 A0 = "AdaptiveLMO a=0"  # not-judged row: the criterion's family at its Muon end
 
 

@@ -79,6 +79,10 @@ from ._common import (
     train_loop,
 )
 
+#: Quick-mode wall seconds on a 2-core CPU (README: 16.6 s at load 2);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 17
+
 BASELINES = ("SGD", "Muon", "Adam", "MuAdam", "AdaptiveLMO a=0", "AdaptiveLMO a=1")
 MEANINGFUL_GAP = 0.5  # reported only (the former precondition); see the module docstring
 

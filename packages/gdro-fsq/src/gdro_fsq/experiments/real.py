@@ -62,6 +62,10 @@ from .synthetic import (
     run_method,
 )
 
+#: Quick-mode wall seconds on a 2-core CPU (README: 64 s at load 1-2);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 64
+
 RADIUS = 8.0
 
 

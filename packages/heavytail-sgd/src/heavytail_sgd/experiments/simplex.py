@@ -55,6 +55,10 @@ from ..schedules import check_p, convex_rate_exponent, convex_smd_horizon
 from ..simplex import Simplex
 from .convex_rates import bootstrap_slopes, interval
 
+#: Quick-mode wall seconds on a 2-core CPU (README: 24 s alone);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 24
+
 P = 1.5
 TAIL_MARGIN = 0.1
 DIMS = (10, 100, 1000)

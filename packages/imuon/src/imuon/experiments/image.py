@@ -23,6 +23,10 @@ from shared_core.experiment import ExperimentResult, RunContext, line_plot, prog
 
 from ..optim import IMuon
 
+#: Quick-mode wall seconds on a 2-core CPU (README, image_quick.json);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 8
+
 
 def load_digits_split(seed: int):
     from sklearn.datasets import load_digits

@@ -28,6 +28,10 @@ from shared_core.manifolds import Grassmann
 
 from ..optim import IMuon
 
+#: Quick-mode wall seconds on a 2-core CPU (README, subspace_quick.json);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 9
+
 D = torch.float64
 
 

@@ -38,6 +38,10 @@ from ..halfspaces import HalfspaceScheme
 from ..high_arity import HighArityLearner, draw_grid
 from ..samplers import HIGH_ARITY, draw, high_arity_target, random_target
 
+#: Quick-mode wall seconds on a 2-core CPU (README: 41 s on a shared CPU);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 41
+
 DELTA = 0.05
 N_TEST = 20000
 

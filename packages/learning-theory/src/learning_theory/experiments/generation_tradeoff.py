@@ -56,6 +56,10 @@ from ..generation import (
     time_to_validity,
 )
 
+#: Quick-mode wall seconds on a 2-core CPU (README: 17-25 s);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 25
+
 RATE = 0.1
 
 

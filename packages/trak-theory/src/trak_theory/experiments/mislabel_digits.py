@@ -41,6 +41,10 @@ from .. import TRAK
 from ..diagnostics import bootstrap_aucs, mislabel_auc
 from ._digits import accuracy, load_split, make_mlp, margins_of, train_mlps
 
+#: Quick-mode wall seconds on a 2-core CPU (README);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 18
+
 SIGMAS = 2.0
 N_BOOT = 500
 METHODS = (

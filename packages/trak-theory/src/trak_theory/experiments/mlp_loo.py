@@ -55,6 +55,10 @@ from ..projector import SketchProjector
 from ..scores import alo_scores, trak_scores
 from .separation import diagnostics, diagnostics_table, record_estimates
 
+#: Quick-mode wall seconds on a 2-core CPU (README);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 22
+
 LAM = 0.5
 D_IN, CLASSES = 6, 3
 

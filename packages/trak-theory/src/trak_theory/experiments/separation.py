@@ -40,6 +40,10 @@ from ..loo import exact_loo_logistic, logistic_alo, logistic_trak
 from ..projector import SketchProjector
 from ._plots import scatter_plot
 
+#: Quick-mode wall seconds on a 2-core CPU (README);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 18
+
 RATIOS = (0.5, 1.0, 2.0, 4.0)
 LAM = 0.1
 Q = 0.1
