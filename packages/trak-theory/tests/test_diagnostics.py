@@ -111,3 +111,13 @@ def test_bootstrap_auc_bad_input():
         bootstrap_aucs([np.ones(3)], np.array([True, False, True, False]))
     with pytest.raises(ValueError, match="n_boot"):
         bootstrap_aucs([np.arange(4.0)], np.array([True, False, True, False]), n_boot=1)
+
+
+def test_paired_metrics_refuse_mismatched_or_non_finite_inputs():
+    for fn in (spearman, kendall, separation_auc):
+        with pytest.raises(ValueError, match="pair up"):
+            fn([0.1, 0.2, 0.3], [1.0, 2.0])
+        with pytest.raises(ValueError, match="finite"):
+            fn([0.1, float("nan"), 0.3], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="pair up"):
+        topk_overlap([3, 2, 1, 0], [3, 1, 2], 2)

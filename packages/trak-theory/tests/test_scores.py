@@ -146,3 +146,22 @@ def test_bad_inputs(gen):
     with pytest.raises(ValueError, match="non-empty"):
         fit_logistic(phi[:0], torch.ones(0), 1.0)
     assert alo_scores(phi, phi, torch.ones(5), torch.zeros(5), 1.0).shape == (5, 5)
+
+
+def test_alo_scores_refuses_bad_ridge_empty_sets_and_nan(gen):
+    phi = torch.randn(9, 4, generator=gen, dtype=torch.float64)
+    tgt = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    q = torch.rand(9, generator=gen, dtype=torch.float64)
+    w = q * (1 - q)
+    assert alo_scores(phi, tgt, q, w, 0.5).shape == (3, 9)
+    for ridge in (-1000.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="ridge"):
+            alo_scores(phi, tgt, q, w, ridge)
+    with pytest.raises(ValueError, match="non-empty"):
+        alo_scores(phi[:0], tgt, q[:0], w[:0], 0.5)
+    bad = phi.clone()
+    bad[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        alo_scores(bad, tgt, q, w, 0.5)
+    with pytest.raises(ValueError, match="phi_target"):
+        alo_scores(phi, tgt[:, :3], q, w, 0.5)

@@ -149,3 +149,57 @@ def test_matrix_projector_and_grads_agree(gen):
     g = per_example_grads(net, x, y)
     m = torch.randn(g.shape[1], 3, generator=gen)
     torch.testing.assert_close(MatrixProjector(m, 0.5).project(g), 0.5 * g @ m)
+
+
+def test_features_of_another_checkpoint_are_recomputed_not_reused(gen, tmp_path):
+    # featurising a different checkpoint into the same folder used to skip every block and
+    # score with the old features (error 1.02 against a largest score of 0.36)
+    net, x, y = _setup(gen)
+    ck_a = _ck(net)
+    ck_b = {k: v + 0.3 * torch.randn(v.shape, generator=gen) for k, v in ck_a.items()}
+    TRAK(net, x, y, k=7, batch_size=8, ridge=0.0, save_dir=tmp_path).featurize(ck_a)
+    again = TRAK(net, x, y, k=7, batch_size=8, ridge=0.0, save_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="another checkpoint"):
+        again.featurize(ck_b)
+    fresh = TRAK(net, x, y, k=7, batch_size=8, ridge=0.0)
+    fresh.featurize(ck_b)
+    np.testing.assert_array_equal(
+        np.array(again.store.arrays(0)[0]), np.array(fresh.store.arrays(0)[0])
+    )
+    torch.testing.assert_close(
+        again.score(x[:3], y[:3], {0: ck_b}), fresh.score(x[:3], y[:3], {0: ck_b})
+    )
+    # scoring with a checkpoint other than the featurised one is refused
+    with pytest.raises(ValueError, match="another checkpoint"):
+        again.score(x[:3], y[:3], {0: ck_a})
+
+
+def test_a_folder_of_another_training_set_is_refused(gen, tmp_path):
+    net, x, y = _setup(gen)
+    TRAK(net, x, y, k=7, save_dir=tmp_path).featurize(_ck(net))
+    y2 = y.clone()
+    y2[0] = (y2[0] + 1) % 3  # same size, one label changed
+    with pytest.raises(ValueError, match="train_data"):
+        TRAK(net, x, y2, k=7, save_dir=tmp_path)
+
+
+def test_labels_and_targets_are_validated(gen):
+    net, x, y = _setup(gen)
+    with pytest.raises(ValueError, match=r"outside \[0, 3\)"):
+        TRAK(net, x, torch.where(y == 0, 3, y), k=4)
+    with pytest.raises(ValueError, match="integer class labels"):
+        TRAK(net, x, y.float(), k=4)
+    x_nan = x.clone()
+    x_nan[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        TRAK(net, x_nan, y, k=4)
+    trak = TRAK(net, x, y, k=4)
+    trak.featurize(_ck(net))
+    with pytest.raises(ValueError, match=r"outside \[0, 3\)"):
+        trak.score(x[:2], torch.tensor([0, -1]))
+    with pytest.raises(ValueError, match="example shape"):
+        trak.score(torch.randn(2, 5), y[:2])
+    with pytest.raises(ValueError, match="NaN"):
+        trak.score(x_nan[:2], y[:2])
+    with pytest.raises(ValueError, match="labels"):
+        trak.score(x[:3], y[:2])

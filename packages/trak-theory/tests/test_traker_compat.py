@@ -98,3 +98,26 @@ def test_bit_for_bit_with_traker(gen):
         ours = traker_f32_scores(phis[:jj], tgts[:jj], qs[:jj]).numpy().astype(np.float64)
         # bit for bit, even here where k > n makes the Gram matrix singular (round-off)
         assert np.array_equal(ours, trk[jj])
+
+
+def test_one_model_with_a_one_block_projector_matches_our_float32_route(gen):
+    # traker 0.3.2 alone raises AttributeError 'proj_matrix' here (k <= 100, one model); the
+    # wrapper works around it, and its scores are still traker's, bit for bit
+    pytest.importorskip("trak")
+    from trak_theory.experiments import _traker
+
+    n, m, k, bs = 23, 5, 16, 10
+    x, xt = torch.randn(n, 7, generator=gen), torch.randn(m, 7, generator=gen)
+    y = torch.randint(0, 4, (n,), generator=gen)
+    yt = torch.randint(0, 4, (m,), generator=gen)
+    torch.manual_seed(7)
+    net = torch.nn.Sequential(torch.nn.Linear(7, 9), torch.nn.ReLU(), torch.nn.Linear(9, 4))
+    state = {key: v.clone() for key, v in net.state_dict().items()}
+    trk = _traker.traker_scores_for(net, [state], x, y, xt, yt, k, [1], batch_size=bs)
+    net.load_state_dict(state)
+    p = sum(t.numel() for t in net.parameters())
+    mat = _traker.traker_matrix(p, k, 0)
+    phi, q = traker_f32_features(net, x, y, mat, batch_size=bs)
+    tgt = traker_f32_features(net, xt, yt, mat, batch_size=bs)[0]
+    ours = traker_f32_scores([phi], [tgt], [q]).numpy().astype(np.float64)
+    assert np.array_equal(ours, trk[1])

@@ -2,9 +2,23 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .fgd import AdaptiveFGD, FitResult, RepresentationCapError, StepRecord, refine_until
+from .representations import FeatureFamily, KernelCentres, NestedRidge, RandomFourierFeatures
+
 try:
     __version__ = version("adaptive-fgd")
 except PackageNotFoundError:  # a source tree without metadata
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "AdaptiveFGD",
+    "FeatureFamily",
+    "FitResult",
+    "KernelCentres",
+    "NestedRidge",
+    "RandomFourierFeatures",
+    "RepresentationCapError",
+    "StepRecord",
+    "__version__",
+    "refine_until",
+]

@@ -38,9 +38,18 @@ def _vec(a) -> np.ndarray:
     return v
 
 
+def _pair(est, truth) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _vec(est), _vec(truth)
+    if a.size != b.size:
+        raise ValueError(f"est has {a.size} scores but truth {b.size}: they must pair up")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("scores must be finite (found NaN or inf)")
+    return a, b
+
+
 def spearman(est, truth) -> float:
     """Spearman rank correlation (NaN when either side is constant)."""
-    a, b = _vec(est), _vec(truth)
+    a, b = _pair(est, truth)
     if a.std() == 0 or b.std() == 0:
         return float("nan")
     return float(stats.spearmanr(a, b).statistic)
@@ -48,7 +57,7 @@ def spearman(est, truth) -> float:
 
 def kendall(est, truth) -> float:
     """Kendall's tau-b."""
-    a, b = _vec(est), _vec(truth)
+    a, b = _pair(est, truth)
     if a.std() == 0 or b.std() == 0:
         return float("nan")
     return float(stats.kendalltau(a, b).statistic)
@@ -61,7 +70,7 @@ def topk_overlap(est, truth, k: int) -> float:
         >>> topk_overlap([3, 2, 1, 0], [3, 1, 2, 0], 2)
         0.5
     """
-    a, b = _vec(est), _vec(truth)
+    a, b = _pair(est, truth)
     if not 1 <= k <= a.size:
         raise ValueError(f"k must be in [1, {a.size}], got {k}")
     return len(set(np.argsort(-a, kind="stable")[:k]) & set(np.argsort(-b, kind="stable")[:k])) / k
@@ -82,7 +91,7 @@ def separation_auc(est, truth, q: float = 0.1) -> float:
         >>> separation_auc([0.9, 0.1, 0.5, 0.4], [5, 0, 1, 2], q=0.25)
         1.0
     """
-    a, b = _vec(est), _vec(truth)
+    a, b = _pair(est, truth)
     if not 0 < q < 1:
         raise ValueError(f"q must be in (0, 1), got {q}")
     top = max(1, round(q * b.size))

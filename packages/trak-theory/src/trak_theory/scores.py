@@ -21,6 +21,8 @@ Scores are laid out (targets, train).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -137,6 +139,20 @@ def alo_scores(phi_train, phi_target, q, w, ridge: float) -> Tensor:
     :math:`H = \Phi^\top W\Phi + \lambda I`.
     """
     pt, pg, qq, ww = _f64(phi_train), _f64(phi_target), _f64(q), _f64(w)
+    if isinstance(ridge, bool) or not isinstance(ridge, int | float) or not ridge >= 0:
+        raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
+    if not math.isfinite(ridge):
+        raise ValueError(f"ridge must be finite, got {ridge!r}")
+    if pt.dim() != 2 or pt.shape[0] == 0:
+        raise ValueError(f"phi_train must be a non-empty (n, k) matrix, got {tuple(pt.shape)}")
+    if pg.dim() != 2 or pg.shape[1] != pt.shape[1]:
+        raise ValueError(f"phi_target must be (m, {pt.shape[1]}), got {tuple(pg.shape)}")
+    if qq.shape != (pt.shape[0],) or ww.shape != (pt.shape[0],):
+        raise ValueError(
+            f"q and w must have shape ({pt.shape[0]},), got {tuple(qq.shape)}, {tuple(ww.shape)}"
+        )
+    if not all(bool(torch.isfinite(a).all()) for a in (pt, pg, qq, ww)):
+        raise ValueError("alo_scores inputs must be finite (found NaN or inf)")
     h = pt.T @ (ww[:, None] * pt) + ridge * torch.eye(
         pt.shape[1], dtype=torch.float64, device=pt.device
     )

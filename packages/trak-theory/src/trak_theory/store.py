@@ -6,10 +6,12 @@ Layout of ``folder``::
     model_<id>/features.npy   (n, k) float32 memmap
     model_<id>/weights.npy    (n,) float32 memmap: the reweighting q_i = 1 - p_i
     model_<id>/done.npy       (n_blocks,) uint8 memmap: 1 once a block is written and flushed
+    model_<id>/checkpoint.txt the fingerprint of the checkpoint the features come from
 
 A block's flag is set only after its features and weights are flushed, so a run killed at any
 point resumes by recomputing only blocks whose flag is 0. Opening a folder whose ``meta.json``
-disagrees with the requested configuration raises ``ValueError`` instead of mixing features.
+disagrees with the requested configuration (the training data's fingerprint included) raises
+``ValueError`` instead of mixing features; features of another checkpoint are recomputed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class MemoryStore:
         self.n, self.k, self.block_size = n, k, block_size
         self.n_blocks = math.ceil(n / block_size)
         self._models: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._checkpoints: dict[int, str] = {}
 
     def arrays(self, model_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(features, weights, done) of one model, created on first use."""
@@ -46,6 +49,13 @@ class MemoryStore:
 
     def model_ids(self) -> list[int]:
         return sorted(self._models)
+
+    def checkpoint_of(self, model_id: int) -> str | None:
+        """Fingerprint of the checkpoint model ``model_id``'s features come from (or None)."""
+        return self._checkpoints.get(model_id)
+
+    def set_checkpoint(self, model_id: int, fingerprint: str) -> None:
+        self._checkpoints[model_id] = fingerprint
 
     def flush(self, model_id: int) -> None:
         """Nothing to flush in memory."""
@@ -115,3 +125,14 @@ class FeatureStore(MemoryStore):
     def flush(self, model_id: int) -> None:
         for arr in self.arrays(model_id)[:2]:
             arr.flush()
+
+    def checkpoint_of(self, model_id: int) -> str | None:
+        f = self._dir(model_id) / "checkpoint.txt"
+        return f.read_text().strip() if f.is_file() else None
+
+    def set_checkpoint(self, model_id: int, fingerprint: str) -> None:
+        d = self._dir(model_id)
+        d.mkdir(exist_ok=True)
+        tmp = d / "checkpoint.tmp"
+        tmp.write_text(fingerprint + "\n")
+        tmp.replace(d / "checkpoint.txt")

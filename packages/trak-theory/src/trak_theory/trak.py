@@ -15,12 +15,14 @@ whatever n is.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .fingerprint import checkpoint_fingerprint, tensor_fingerprint
 from .gradients import (
     all_finite,
     binary_margin,
@@ -39,6 +41,21 @@ __all__ = ["TRAK"]
 
 def _signature(model: nn.Module) -> list[list]:
     return [[n, list(p.shape)] for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _check_finite(x: Tensor, name: str) -> None:
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
+def _n_classes(model: nn.Module, x: Tensor, output_fn) -> int | None:
+    """The number of classes the labels index (the logits' width), for the multi-class margin;
+    None for other output functions, whose labels are not class indices."""
+    if output_fn is not margin:
+        return None
+    with torch.no_grad():
+        out = model(x[:1])
+    return int(out.shape[-1])
 
 
 class TRAK:
@@ -103,7 +120,10 @@ class TRAK:
         self.batch_size = batch_size
         self.output_fn, self.weight_fn = output_fn, weight_fn
         self.projector(0)  # validates k <= p and kind up front
+        _check_finite(train_x, "train_x")
         check_differentiable(model, train_x[:1], train_y[:1], output_fn)
+        self.n_classes = _n_classes(model, train_x, output_fn)
+        self._check_labels(train_y, "train_y")
         n = train_x.shape[0]
         meta = {
             "p": self.p,
@@ -111,6 +131,8 @@ class TRAK:
             "kind": kind,
             "seed": self.seed,
             "params": _signature(model),
+            # the features of a different training set of the same size are not these
+            "train_data": tensor_fingerprint(train_x, train_y),
         }
         self.store = (
             MemoryStore(n, self.k, batch_size)
@@ -118,6 +140,17 @@ class TRAK:
             else FeatureStore(save_dir, n, self.k, batch_size, meta)
         )
         self.ridges: dict[int, float] = {}
+
+    def _check_labels(self, y: Tensor, name: str) -> None:
+        if self.n_classes is None:
+            return
+        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integer class labels, got dtype {y.dtype}")
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= self.n_classes):
+            raise ValueError(
+                f"{name} has labels in [{int(y.min())}, {int(y.max())}], outside [0, "
+                f"{self.n_classes}) of the model's {self.n_classes} outputs"
+            )
 
     @property
     def n(self) -> int:
@@ -173,6 +206,19 @@ class TRAK:
         self.load(checkpoint)
         proj = self.projector(model_id)
         feats, weights, done = self.store.arrays(model_id)
+        fp = checkpoint_fingerprint(checkpoint)
+        if self.store.checkpoint_of(model_id) != fp:
+            if np.any(done):
+                warnings.warn(
+                    f"model {model_id}: the stored features come from another checkpoint (or "
+                    "one of unknown origin); recomputing them for this one",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                done[:] = 0
+                if hasattr(done, "flush"):
+                    done.flush()
+            self.store.set_checkpoint(model_id, fp)
         bs = self.batch_size
         for b in range(self.store.n_blocks):
             if done[b]:
@@ -214,8 +260,22 @@ class TRAK:
         """(unweighted scores (m, n), weights q (n,)) of one checkpoint, streaming over blocks."""
         if x.shape[0] == 0:
             raise ValueError("no targets to score")
+        if tuple(x.shape[1:]) != tuple(self.x.shape[1:]):
+            raise ValueError(
+                f"targets have example shape {tuple(x.shape[1:])}, the training set "
+                f"{tuple(self.x.shape[1:])}"
+            )
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"x has {x.shape[0]} targets but y {y.shape[0]} labels")
+        _check_finite(x, "target x")
+        self._check_labels(y, "target y")
         if not self.is_featurized(model_id):
             raise ValueError(f"model {model_id} is not (fully) featurised; call featurize first")
+        if self.store.checkpoint_of(model_id) != checkpoint_fingerprint(checkpoint):
+            raise ValueError(
+                f"model {model_id} was featurised from another checkpoint than the one to "
+                "score with; featurize this checkpoint first"
+            )
         self.load(checkpoint)
         g = self.gram(model_id)
         lam = self.ridge_for(g)

@@ -80,6 +80,12 @@ def traker_scores_for(
             )
     tr.finalize_features()
     for j, st in enumerate(states[:jmax]):
+        # traker 0.3.2 bug: finalize_features frees the projector's matrix, and a one-block
+        # projector (k <= 100) regenerates it only when the model id changes, so scoring the
+        # last featurised model (one model: always) raised AttributeError 'proj_matrix'.
+        # Resetting the cached id makes traker regenerate the same matrix on its own path.
+        if not getattr(proj, "proj_matrix_available", True):
+            proj.model_id = -1
         tr.start_scoring_checkpoint("targets", st, model_id=j, num_targets=len(xt))
         for s in range(0, len(xt), batch_size):
             tr.score(

@@ -1,0 +1,64 @@
+r"""Pointwise losses :math:`\ell(u, y)` and their derivatives in the prediction :math:`u`.
+
+A functional loss built from them is :math:`R(f) = \int \ell(f(x), y(x))\,d\mu(x)`; its
+smoothness constant in :math:`L^2(\mu)` is the sup of :math:`\partial_u^2 \ell`, which each
+loss reports (:func:`smoothness`).
+
+Example:
+    >>> import torch
+    >>> u, y = torch.tensor([[0.5]]), torch.tensor([[1.0]])
+    >>> float(loss_value("squared", u, y))
+    0.125
+    >>> float(loss_derivative("squared", u, y))
+    -0.5
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["LOSSES", "check_loss", "loss_derivative", "loss_value", "smoothness"]
+
+#: the losses this module knows; ``logistic`` takes labels in {-1, +1}.
+LOSSES = ("squared", "logistic")
+
+
+def check_loss(name: str) -> str:
+    """Return ``name`` if it is one of :data:`LOSSES`, else raise ``ValueError``."""
+    if name not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {name!r}")
+    return name
+
+
+def loss_value(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    r"""Pointwise loss :math:`\ell(u, y)`, same shape as ``u``.
+
+    * ``squared``: :math:`\tfrac12 (u - y)^2`;
+    * ``logistic``: :math:`\log(1 + e^{-y u})`, ``y`` in {-1, +1} (computed with softplus).
+
+    Args:
+        name: one of :data:`LOSSES`.
+        u: predictions, any shape.
+        y: targets, broadcastable to ``u``.
+
+    Returns:
+        The loss at every entry.
+    """
+    check_loss(name)
+    if name == "squared":
+        return 0.5 * (u - y) ** 2
+    return torch.nn.functional.softplus(-y * u)
+
+
+def loss_derivative(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    r""":math:`\partial_u \ell(u, y)`: ``u - y`` (squared), :math:`-y\,\sigma(-y u)` (logistic)."""
+    check_loss(name)
+    if name == "squared":
+        return u - y
+    return -y * torch.sigmoid(-y * u)
+
+
+def smoothness(name: str) -> float:
+    r""":math:`\sup_u \partial_u^2 \ell(u, y)`: 1 for squared, 1/4 for logistic."""
+    check_loss(name)
+    return 1.0 if name == "squared" else 0.25

@@ -1,0 +1,56 @@
+"""Small checks of the experiments' helpers (the experiments themselves run in `nox -s repro`)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from adaptive_fgd.experiments import pde as pde_exp
+from adaptive_fgd.experiments import regression, vision
+
+
+def test_time_to_and_fitted_rate():
+    rows = [
+        {"seconds": 1.0, "test_mse": 0.5, "loss": 0.5, "met": True},
+        {"seconds": 2.0, "test_mse": 0.1, "loss": 0.25, "met": True},
+        {"seconds": 3.0, "test_mse": 0.2, "loss": 0.3, "met": False},
+    ]
+    assert regression.time_to(rows, 0.1) == 2.0
+    assert regression.time_to(rows, 0.01) == math.inf
+    rate, mono, used = regression.fitted_rate(rows, initial_loss=1.0)
+    assert used == 2 and mono and math.isclose(rate, 0.5)  # (0.5 * 0.5) ** (1/2)
+
+
+def test_manufactured_source_matches_finite_differences():
+    # s = -Laplacian(u*) by autograd vs a 5-point stencil with h = 1e-3 (error ~ h^2 u'''' ~ 1e-2
+    # relative to the bump's curvature scale 1/0.05^2 = 400)
+    p = np.array([[0.31, 0.58], [0.7, 0.2], [0.5, 0.5]])
+    h = 1e-3
+    u = pde_exp.exact_solution
+    lap = sum(
+        (u(p + h * e) - 2 * u(p) + u(p - h * e)) / h**2
+        for e in (np.array([1.0, 0]), np.array([0, 1.0]))
+    )
+    np.testing.assert_allclose(pde_exp.make_source(False)(p), -lap, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(pde_exp.make_source(True)(p), -lap + u(p) ** 3, rtol=1e-4, atol=1e-3)
+
+
+def test_vision_helpers():
+    g = vision.pixel_grid(3, 4)
+    assert g.shape == (12, 2) and float(g.abs().max()) < 1
+    np.testing.assert_allclose(sorted(set(g[:, 0].tolist())), [-0.75, -0.25, 0.25, 0.75])
+    assert math.isclose(
+        vision.psnr(
+            torch.zeros(4, 3, dtype=torch.float64), torch.full((4, 3), 0.1, dtype=torch.float64)
+        ),
+        20.0,
+    )
+    assert vision.Siren()(torch.zeros(5, 2)).shape == (5, 3)
+
+
+@pytest.mark.parametrize("pool", [8])
+def test_vision_image_loads_in_range(pool):
+    img = vision.load_image(pool)
+    assert img.shape == (256 // pool, 256 // pool, 3)
+    assert float(img.min()) >= 0 and float(img.max()) <= 1
