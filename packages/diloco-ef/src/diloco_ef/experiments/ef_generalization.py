@@ -46,6 +46,10 @@ from ..algorithms import DiLoCo, local_step_size_schedule
 from ..compressors import QSGD, Compressor, Identity, RandomK, TopK
 from ..error_feedback import EFSGD
 
+#: Quick-mode wall seconds on a 2-core CPU (31 s user CPU measured at load ~15, x1.5);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 45
+
 ALPHA_TOL = 0.05
 MATCH_FRAC = 0.10
 COMPRESSORS = ("top-k", "random-k", "qsgd")

@@ -32,6 +32,10 @@ from shared_core.experiment import ExperimentResult, RunContext, line_plot, prog
 from ..simulation import simulate_diloco, simulate_sgd
 from ..theory import diloco_risk, power_law_spectrum, sgd_risk
 
+#: Quick-mode wall seconds on a 2-core CPU (27 s user CPU measured at load ~15, x1.5);
+#: `nox -s repro` plans its budget with it.
+QUICK_SECONDS = 40
+
 SIGMA = 0.5
 B_TOTAL = 8
 H = 8
