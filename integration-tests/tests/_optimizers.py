@@ -116,6 +116,13 @@ def _imuon(params: Params, lr: float):
     return IMuon(params, lr=lr, momentum=0.9, adamw_lr=lr, polar="svd")
 
 
+def _langevin(params: Params, lr: float):
+    from langevin_ntk import Langevin
+
+    # a cold chain (tiny temperature): the battery's loss-decrease checks stay meaningful
+    return Langevin(params, lr=lr, temperature=1e-8, seed=0)
+
+
 def _adaptive_lmo(exponent: float | str, precondition: str | None = None):
     def make(params: Params, lr: float):
         from adaptive_lmo import AdaptiveLMO
@@ -166,6 +173,7 @@ CASES: list[Case] = [
     # criterion is tested in adaptive-lmo itself. Here: the interior a = 0.5 and MuAdam.
     Case("adaptive-lmo-a0.5", _adaptive_lmo(0.5), MATRIX_LR, lr_keys=("lr", "adamw_lr")),
     Case("adaptive-lmo-MuAdam", _adaptive_lmo(0.0, "adam"), MATRIX_LR, lr_keys=("lr", "adamw_lr")),
+    Case("langevin-ntk-Langevin", _langevin, STANDARD_LR, bf16=False, ddp=False),
     Case("diloco-LA", _la, STANDARD_LR, groups=False),
     Case("diloco-SLA", _sla, STANDARD_LR, groups=False),
 ]

@@ -223,3 +223,11 @@ def test_horizon_accepts_numpy_integers():
     for bad in (100.0, True, np.float64(100), 0):
         with pytest.raises(ValueError, match="T must be"):
             S.convex_smd_horizon(bad, 1.5, 1.0, 1.0)
+
+
+def test_strongly_convex_exponent_is_twice_the_convex_one():
+    for p in (1.1, 1.3, 1.5, 1.9, 2.0):
+        assert S.strongly_convex_rate_exponent(p) == pytest.approx(2 * S.convex_rate_exponent(p))
+    assert S.strongly_convex_rate_exponent(2.0) == pytest.approx(-1.0)  # 1/(mu T)
+    with pytest.raises(ValueError, match="p"):
+        S.strongly_convex_rate_exponent(0.9)

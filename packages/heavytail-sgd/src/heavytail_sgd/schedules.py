@@ -8,7 +8,17 @@ Bregman distance from the start to a minimiser; :math:`\|x_1 - x^\star\|` in the
 \sup_x \|\nabla F(x)\|` a bound on the gradient.
 
 * convex, horizon: :math:`\eta = \min(\frac{1}{2L}, \frac{D}{\sigma T^{1/p}})`, giving
-  :math:`E F(\bar x_T) - F^\star = O(LD^2/T + \sigma D\,T^{(1-p)/p})` for the uniform average.
+  :math:`F(\bar x_T) - F^\star = O(LD^2/T + \sigma D\,T^{(1-p)/p})` for the uniform average.
+  *Which statement holds depends on the assumptions.* In expectation when :math:`F` is
+  Lipschitz or the domain is bounded (then :math:`E F(\bar x_T)` is finite). For an
+  :math:`L`-smooth :math:`F` on all of :math:`\mathbb R^d` with infinite-variance noise the
+  expectation is itself infinite (on :math:`x^2/2` one noisy step already has
+  :math:`E F = \infty`; an independent check saw the sample mean of the gap grow 0.36 -> 1.01
+  from 1e3 to 1e6 runs while the median stayed 0.30), so there the rate is a statement about
+  the median (with high probability), which is what the experiments measure.
+* strongly convex (:math:`\mu`-strongly convex, steps :math:`\propto 1/(\mu t)`): the noise
+  term decays as :math:`T^{2(1-p)/p}` (:func:`strongly_convex_rate_exponent`; -0.46 measured at
+  :math:`\kappa = 10`, :math:`p = 1.3` against -0.4615), the square of the convex one.
 * convex, anytime: :math:`\eta_t = \min(\frac{1}{2L}, \frac{D}{\sigma t^{1/p}})`, the same order
   for the :math:`\eta_t`-weighted average.
 * nonconvex, horizon: with :math:`H = 2^{3-2p}L^{p-1}G^{2-p}` (:func:`holder_constant`),
@@ -69,6 +79,7 @@ __all__ = [
     "nonconvex_smooth_rate_exponent",
     "nonconvex_smooth_step",
     "nonconvex_smooth_truncation",
+    "strongly_convex_rate_exponent",
 ]
 
 
@@ -143,7 +154,10 @@ def convex_smd_horizon(
 
     .. math:: \eta = \min\Big(\frac{1}{2L}, \frac{D}{\sigma T^{1/p}}\Big)
 
-    Rate: :math:`E[F(\bar x_T)] - F^\star = O(LD^2/T + \sigma D\,T^{(1-p)/p})`.
+    Rate: :math:`F(\bar x_T) - F^\star = O(LD^2/T + \sigma D\,T^{(1-p)/p})`, in expectation
+    for Lipschitz :math:`F` or a bounded domain, for the median (high probability) for
+    :math:`L`-smooth :math:`F` on :math:`\mathbb R^d`, whose expectation can be infinite (module
+    docstring).
 
     Args:
         T: horizon, positive int.
@@ -237,6 +251,26 @@ def convex_rate_exponent(p: float) -> float:
     r"""The exponent :math:`(1-p)/p` of :math:`T` in the convex rate."""
     p = check_p(p)
     return (1 - p) / p
+
+
+def strongly_convex_rate_exponent(p: float) -> float:
+    r"""The exponent :math:`2(1-p)/p` of :math:`T` for :math:`\mu`-strongly convex objectives.
+
+    Sketch. With :math:`d_t = E\|x_t - x^\star\|^2` and steps :math:`\eta_t = c/(\mu t)`,
+    strong convexity contracts :math:`d_t` by :math:`1 - \mu\eta_t` per step while the noise
+    bracket adds at most :math:`2^{1-p}\eta_t^p\sigma^p R^{2-p}` (the same interpolation as in
+    the convex case) with steps of size :math:`R \sim \sqrt{d_t}` near the optimum. The
+    balance :math:`\mu\eta_t d_t \sim \eta_t^p\sigma^p d_t^{(2-p)/2}` gives
+    :math:`d_t^{p/2} \sim \eta_t^{p-1}\sigma^p/\mu`, so
+    :math:`d_T \sim T^{-2(p-1)/p}` and the gap :math:`\mu d_T/2` decays at the same rate:
+    twice the convex exponent, :math:`-1` at :math:`p = 2` (the familiar :math:`1/(\mu T)`).
+
+    Example:
+        >>> round(strongly_convex_rate_exponent(1.3), 4)
+        -0.4615
+    """
+    p = check_p(p)
+    return 2 * (1 - p) / p
 
 
 def nonconvex_rate_exponent(p: float) -> float:

@@ -1,10 +1,57 @@
-"""L2-regularised Langevin training of neural networks and NTK stability, measured."""
+"""L2-regularised Langevin training of neural networks and NTK stability, measured.
+
+Layers: :mod:`.langevin` (the discretised SDE step, Gibbs law, quadratic closed forms) ->
+:mod:`.optim` (the ``Langevin`` torch optimizer); :mod:`.models` (MLPs) -> :mod:`.ntk`
+(empirical NTK, Lanczos, stability measures) and :mod:`.kernels` (infinite-width kernels) ->
+:mod:`.bounds` (lambda_min bounds and width/temperature conditions) -> ``experiments``.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
+
+from .langevin import (
+    euler_maruyama_step,
+    gibbs_log_density,
+    langevin_step,
+    ou_step,
+    quadratic_discrete_stationary,
+    quadratic_stationary,
+)
+from .models import MLP
+from .ntk import (
+    NTKMonitor,
+    empirical_ntk,
+    jacobian,
+    lanczos_extreme,
+    mlp_ntk,
+    ntk_matvec,
+    ntk_min_eigenvalue,
+    relative_change,
+    weight_distance,
+)
+from .optim import Langevin
 
 try:
     __version__ = version("langevin-ntk")
 except PackageNotFoundError:  # a source tree without metadata
     __version__ = "0.0.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "MLP",
+    "Langevin",
+    "NTKMonitor",
+    "__version__",
+    "empirical_ntk",
+    "euler_maruyama_step",
+    "gibbs_log_density",
+    "jacobian",
+    "lanczos_extreme",
+    "langevin_step",
+    "mlp_ntk",
+    "ntk_matvec",
+    "ntk_min_eigenvalue",
+    "ou_step",
+    "quadratic_discrete_stationary",
+    "quadratic_stationary",
+    "relative_change",
+    "weight_distance",
+]
