@@ -264,12 +264,14 @@ def test_verdict_is_computed_from_the_numbers():
     assert not ok and best == "AdamW"
 
 
-def test_registered_as_headline_experiments():
+def test_registered_as_headline_and_extra_experiments():
     py = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     eps = py["project"]["entry-points"]["frontier_opt.experiments"]
     assert eps["adaptive-lmo.teacher-student"] == "adaptive_lmo.experiments.teacher_student"
     assert eps["adaptive-lmo.image"] == "adaptive_lmo.experiments.image"
-    assert eps["adaptive-lmo.lm"] == "adaptive_lmo.experiments.lm"
+    # lm's quick run (~97 s) is over the main job's 90 s per experiment: extra group
+    extra = py["project"]["entry-points"]["frontier_opt.experiments.extra"]
+    assert extra["adaptive-lmo.lm"] == "adaptive_lmo.experiments.lm"
 
 
 def test_t_quantile_against_closed_forms():

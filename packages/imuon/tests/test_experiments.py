@@ -17,10 +17,12 @@ ROOT = pathlib.Path(__file__).parents[1]
 
 def test_registered_as_headline_experiments():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    eps = meta["project"]["entry-points"]["frontier_opt.experiments"]
+    groups = meta["project"]["entry-points"]
+    eps = {**groups["frontier_opt.experiments"], **groups["frontier_opt.experiments.extra"]}
     for name in ("conditioning", "subspace", "image", "lora"):
         assert eps[f"imuon.{name}"] == f"imuon.experiments.{name}"
         assert callable(globals()[name].main)
+    assert set(groups["frontier_opt.experiments"]) == {"imuon.subspace", "imuon.image"}
 
 
 def test_conditioning_problem_and_imuon_reaches_the_target():
