@@ -31,6 +31,7 @@ from shared_core.manifolds import (
     Manifold,
     NoClosedFormError,
     Product,
+    Segre,
     Sphere,
     Stiefel,
     UnsupportedDtypeError,
@@ -56,6 +57,9 @@ CASES: dict[str, Manifold] = {
     "fixedrank-embedded": FixedRankEmbedded(9, 6, 2),
     "fixedrank-embedded-2r-exceeds-n": FixedRankEmbedded(5, 4, 3),
     "product": Product(Sphere(5), Stiefel(6, 2, metric="canonical"), FixedRankFactored(5, 4, 2)),
+    "segre-hosvd": Segre((4, 3, 5)),
+    "segre-factor-order4": Segre((3, 2, 4, 2), retraction="factor"),
+    "segre-matrix": Segre((5, 3)),
     "product-nested": Product(
         Euclidean(3), Product(SPD(3), Grassmann(5, 2)), FixedRankEmbedded(4, 5, 2)
     ),
@@ -125,7 +129,7 @@ def gauss(shape, gen, dtype=F64) -> torch.Tensor:
 def amb_point(M: Manifold, x):
     if isinstance(M, Product):
         return tuple(amb_point(c, xi) for c, xi in zip(M.manifolds, x, strict=True))
-    if isinstance(M, FixedRankEmbedded):
+    if isinstance(M, FixedRankEmbedded | Segre):
         return M.to_dense(x)
     return x
 
@@ -133,7 +137,7 @@ def amb_point(M: Manifold, x):
 def amb_tangent(M: Manifold, x, u):
     if isinstance(M, Product):
         return tuple(amb_tangent(c, xi, ui) for c, xi, ui in zip(M.manifolds, x, u, strict=True))
-    if isinstance(M, FixedRankEmbedded):
+    if isinstance(M, FixedRankEmbedded | Segre):
         return M.tangent_to_dense(x, u)
     return u
 
@@ -144,6 +148,8 @@ def random_ambient(M: Manifold, x, gen):
         return tuple(random_ambient(c, xi, gen) for c, xi in zip(M.manifolds, x, strict=True))
     if isinstance(M, FixedRankEmbedded):
         return gauss((*M.batch_shape(x), M.m, M.n), gen, x[0].dtype)
+    if isinstance(M, Segre):
+        return gauss((*M.batch_shape(x), *M.dims), gen, x[0].dtype)
     return tmap(lambda t: gauss(t.shape, gen, t.dtype), x)
 
 
@@ -172,6 +178,8 @@ def off_tangent(M: Manifold, x, u, gen):
         return type(u)(u.A + x.A @ k, u.B - x.B @ k.mT)  # a vertical vector
     if isinstance(M, FixedRankEmbedded):
         return type(u)(u.M, u.Up + x.U @ gauss((M.r, M.r), gen), u.Vp)
+    if isinstance(M, Segre):  # a component of w_0 along u_0
+        return type(u)(u.scale, (u.vecs[0] + 0.5 * x.factors[0], *u.vecs[1:]))
     raise AssertionError(f"no off-tangent recipe for {M!r}")
 
 
@@ -184,7 +192,7 @@ def has_expmap(M: Manifold) -> bool:
 def has_logmap(M: Manifold) -> bool:
     if isinstance(M, Product):
         return all(has_logmap(c) for c in M.manifolds)
-    return isinstance(M, Euclidean | Sphere | Grassmann | SPD)
+    return isinstance(M, Euclidean | Sphere | Grassmann | SPD | Segre)
 
 
 def objective(ambient_point, gen):

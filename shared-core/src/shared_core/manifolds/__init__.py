@@ -11,6 +11,7 @@ manifold                   point                           metric
 :class:`FixedRankFactored` :class:`Factors` ``(A, B)``     GL(r)-invariant quotient metric
 :class:`FixedRankEmbedded` :class:`SVDPoint` ``(U, S, V)`` Frobenius (embedded)
 :class:`Product`           tuple of factor points          sum of the factors' metrics
+:class:`Segre`             :class:`SegrePoint` (scale, u)  Frobenius (embedded), a metric cone
 =========================  ==============================  ===================================
 
 Every manifold offers ``proj``, ``proju``, ``retr``, ``expmap`` (where a closed form exists),
@@ -37,12 +38,14 @@ from .euclidean import Euclidean
 from .fixed_rank import Factors, FixedRankEmbedded, FixedRankFactored, SVDPoint, SVDTangent
 from .grassmann import Grassmann
 from .product import Product
+from .segre import CPTensor, Segre, SegrePoint, SegreTangent
 from .spd import SPD
 from .sphere import Sphere
 from .stiefel import Stiefel
 
 __all__ = [
     "SPD",
+    "CPTensor",
     "Euclidean",
     "Factors",
     "FixedRankEmbedded",
@@ -53,6 +56,9 @@ __all__ = [
     "Product",
     "SVDPoint",
     "SVDTangent",
+    "Segre",
+    "SegrePoint",
+    "SegreTangent",
     "Sphere",
     "Stiefel",
     "UnsupportedDtypeError",
