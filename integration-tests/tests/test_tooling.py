@@ -227,3 +227,23 @@ def test_readme_example_reads_the_extras_the_example_names():
     assert readme_example.usage_extras("import imuon\n", "imuon") == []
     shared = readme_example.usage_code((ROOT / "shared-core" / "README.md").read_text())
     assert readme_example.usage_extras(shared, "shared-core") == ["plot"]
+
+
+def test_the_main_job_fits_its_budget():
+    # Every headline experiment states its measured quick-mode time (QUICK_SECONDS), each is
+    # within the per-experiment budget, the sum within the main job's, and every package
+    # that registers experiments has at least one headline (each paper is in the main job).
+    from shared_core.experiment import repro
+
+    head = repro.discover()
+    assert head, "no headline experiment is registered"
+    estimates = {e.name: repro.quick_estimate(e.module) for e in head}
+    missing = sorted(n for n, s in estimates.items() if s is None)
+    assert not missing, f"headline experiments without QUICK_SECONDS: {missing}"
+    over = {n: s for n, s in estimates.items() if s > repro.QUICK_BUDGET_S}
+    assert not over, f"quick runs over {repro.QUICK_BUDGET_S:.0f} s (move to extra): {over}"
+    total = sum(estimates.values())
+    assert total <= repro.MAIN_JOB_BUDGET_S, f"main job ~{total:.0f} s"
+    with_headline = {e.dist for e in head}
+    without = sorted({e.dist for e in repro.discover_all()} - with_headline)
+    assert not without, f"packages with experiments but no headline: {without}"
