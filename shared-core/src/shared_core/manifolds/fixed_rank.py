@@ -101,9 +101,9 @@ class FixedRankFactored(Manifold):
     :math:`(G^e_A G_B^{-1}, G^e_B G_A^{-1})`, then projected horizontally. Both steps run in QR
     coordinates (:math:`A = Q_AR_A`, :math:`G_A^{-1} = R_A^{-1}R_A^{-T}`,
     :math:`G_A^{-1}A^\top = R_A^{-1}Q_A^\top`): triangular solves of condition
-    :math:`\kappa(A)`, never a solve with a Gram matrix of condition :math:`\kappa(A)^2`. For ``f(A B^T)``
-    (a gauge-invariant ``f``) it is horizontal already; its induced ambient direction
-    ``xi_A B^T + A xi_B^T`` does not depend on the representative.
+    :math:`\kappa(A)`, never a solve with a Gram matrix of condition :math:`\kappa(A)^2`.
+    For ``f(A B^T)`` (a gauge-invariant ``f``) it is horizontal already; its induced ambient
+    direction ``xi_A B^T + A xi_B^T`` does not depend on the representative.
 
     ``retr(x, xi) = (A + xi_A, B + xi_B)`` (the product after a step with the transformed
     tangent is gauge invariant); ``transp(x, y, v) = proju(y, v)``; ``proj`` is the identity
