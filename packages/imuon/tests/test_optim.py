@@ -539,3 +539,53 @@ def test_sparse_gradients_get_a_clear_error():
     assert emb.weight.grad.is_sparse
     with pytest.raises(RuntimeError, match="sparse gradients"):
         opt.step()
+
+
+# ---------------------------------------------------------------- schedules reach the AdamW route
+def test_adamw_route_follows_the_schedule_like_torch_adamw():
+    # Reference: torch.optim.AdamW (same betas, eps, decay) under the same scheduler, on the
+    # same 1-D parameter and gradients; IMuon's AdamW route must match it step for step.
+    gen = _gen(21)
+    b0 = torch.randn(7, generator=gen, dtype=D)
+    grads = [torch.randn(7, generator=gen, dtype=D) for _ in range(6)]
+    ours, ref = torch.nn.Parameter(b0.clone()), torch.nn.Parameter(b0.clone())
+    opt = IMuon([ours], lr=0.02, adamw_lr=1e-2, adamw_betas=(0.9, 0.95), adamw_weight_decay=0.1)
+    torch_opt = torch.optim.AdamW([ref], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=6)
+    torch_sched = torch.optim.lr_scheduler.CosineAnnealingLR(torch_opt, T_max=6)
+    for g in grads:
+        ours.grad, ref.grad = g.clone(), g.clone()
+        opt.step()
+        torch_opt.step()
+        sched.step()
+        torch_sched.step()
+        # error model: the same float64 operations up to ordering, over 6 steps
+        torch.testing.assert_close(ours.detach(), ref.detach(), rtol=0, atol=1e-14)
+
+
+def test_a_zero_schedule_freezes_the_adamw_route_too():
+    gen = _gen(22)
+    W = torch.nn.Parameter(torch.randn(6, 4, generator=gen, dtype=D))
+    b = torch.nn.Parameter(torch.randn(4, generator=gen, dtype=D))
+    opt = IMuon([W, b], lr=0.02)
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 0.0)
+    before = [W.detach().clone(), b.detach().clone()]
+    W.grad, b.grad = torch.randn_like(W), torch.randn_like(b)
+    opt.step()
+    assert torch.equal(W.detach(), before[0]) and torch.equal(b.detach(), before[1])
+    # no scheduler, lr 0 on an adamw group: nothing moves either
+    c = torch.nn.Parameter(torch.randn(3, dtype=D))
+    opt2 = IMuon([{"params": [c], "manifold": "adamw", "lr": 0.0}])
+    c.grad = torch.ones_like(c)
+    c0 = c.detach().clone()
+    opt2.step()
+    assert torch.equal(c.detach(), c0)
+
+
+def test_a_misspelt_group_option_is_refused_with_a_suggestion():
+    W = torch.nn.Parameter(torch.randn(5, 3, dtype=D))
+    with pytest.raises(ValueError, match="did you mean 'manifold'"):
+        IMuon([{"params": [W], "manfold": "stiefel"}])
+    opt = IMuon([W])
+    with pytest.raises(ValueError, match="unknown param group option 'zzz'"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(2, 2))], "zzz": 1})

@@ -18,6 +18,7 @@ the Muon learning-rate rule; non-matrix parameters take AdamW.
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -95,6 +96,21 @@ def _work_dtype(p: Tensor) -> torch.dtype:
     return torch.float64 if p.dtype == torch.float64 else torch.float32
 
 
+def adamw_rate(group: dict[str, Any]) -> float:
+    """The AdamW route's rate in ``group``: ``adamw_lr`` scaled by the group's schedule.
+
+    torch's schedulers write ``initial_lr`` into each group when they are created and then
+    move ``lr`` only; scaling by ``lr / initial_lr`` lets one schedule drive both routes.
+    Without a scheduler the rate is ``adamw_lr`` (0 when the group's ``lr`` is 0).
+    """
+    lr, base = group["lr"], group.get("initial_lr")
+    if lr == 0:
+        return 0.0
+    if base is None or base == 0:
+        return group["adamw_lr"]
+    return group["adamw_lr"] * lr / base
+
+
 def _check_unit(name: str, value: object, lo: float, hi: float, hi_open: bool = True) -> float:
     try:
         v = float(value)  # type: ignore[arg-type]
@@ -148,7 +164,11 @@ class IMuon(Optimizer):
         lr_scale: Euclidean (Muon) groups only: ``"original"`` (``lr * sqrt(max(1, m/n))``,
             torch.optim.Muon's default), ``"match_rms_adamw"`` (``0.2 sqrt(max(m, n))``) or
             ``"none"``. Manifold steps are never rescaled: ``lr`` is their intrinsic length.
-        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW route.
+        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW route. Its rate
+            follows the group's learning-rate schedule: under a torch scheduler (which records
+            ``initial_lr``) it is ``adamw_lr * lr / initial_lr``, so warm-up, decay and
+            ``LambdaLR(lambda t: 0)`` reach these parameters too; a group whose ``lr`` is 0
+            does not move them.
         nonfinite: ``"skip"`` (default: a NaN/inf gradient anywhere skips the whole step with
             a ``RuntimeWarning``; no state changes) or ``"raise"`` (``FloatingPointError``).
 
@@ -224,6 +244,8 @@ class IMuon(Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """As torch's, then the same checks as the constructor: option values, and points
         on their manifolds (a group added later is held to the same rules)."""
+        if isinstance(param_group, dict):
+            self._check_keys(param_group)
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         try:
@@ -233,13 +255,26 @@ class IMuon(Optimizer):
             self.param_groups.pop()
             raise
 
+    # keys torch itself or its schedulers put in a group, besides the options
+    _TORCH_GROUP_KEYS = frozenset({"params", "param_names", "name", "initial_lr"})
+
+    def _check_keys(self, group: dict[str, Any]) -> None:
+        # a misspelt option ("manfold") would silently mean the default geometry
+        known = set(getattr(self, "defaults", {})) | self._TORCH_GROUP_KEYS
+        for key in group:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"unknown param group option {key!r}{hint}")
+
     @staticmethod
     def _check_decay(g: dict[str, Any]) -> None:
         # (1 - lr wd) <= 0 zeroes or flips the parameters (fixed-rank factors then collapse
         # to zero and the next step's SVD fails): refuse it, at construction and at each step
         # (a scheduler may raise lr later).
         for lr_key, wd_key in (("lr", "weight_decay"), ("adamw_lr", "adamw_weight_decay")):
-            if g[wd_key] and g[lr_key] * g[wd_key] >= 1:
+            rate = adamw_rate(g) if lr_key == "adamw_lr" else g[lr_key]
+            if g[wd_key] and rate * g[wd_key] >= 1:
                 raise ValueError(
                     f"{lr_key} * {wd_key} = {g[lr_key]!r} * {g[wd_key]!r} >= 1: decoupled "
                     "weight decay would scale the parameters by 1 - lr * wd <= 0; lower one"
@@ -652,7 +687,7 @@ class IMuon(Optimizer):
         b1, b2 = group["adamw_betas"]
         st["exp_avg"].lerp_(g, 1 - b1)
         st["exp_avg_sq"].mul_(b2).addcmul_(g, g, value=1 - b2)
-        lr = group["adamw_lr"]
+        lr = adamw_rate(group)
         if group["adamw_weight_decay"]:
             x.mul_(1 - lr * group["adamw_weight_decay"])
         denom = (st["exp_avg_sq"] / (1 - b2**t)).sqrt_().add_(group["adamw_eps"])
