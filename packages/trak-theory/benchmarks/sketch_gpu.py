@@ -3,7 +3,9 @@
 On CUDA: ``sketch_project_triton`` (S hashed in registers, never stored) against the
 materialising baseline that generates S block by block in HBM with ``torch`` and multiplies
 (a 10M x 4096 float32 matrix is 164 GB and cannot be held whole on one H200), for n = 64
-gradients of p = 10M parameters, k = 4096. On the CPU (no Triton speed to measure) it times
+gradients of p = 10M parameters, k = 4096, and against traker's ``BasicProjector`` (its GPU
+path without the compiled ``fast_jl`` extension) at its default and at its largest feasible
+block when traker is importable. On the CPU (no Triton speed to measure) it times
 the blockwise torch reference against a cached-matrix matmul at small sizes, as a smoke test.
 
     python packages/trak-theory/benchmarks/sketch_gpu.py --device cuda \
@@ -60,6 +62,37 @@ def main(argv=None) -> int:
             repeats=5,
             params={"n": n, "p": p, "k": k},
         )
+        results = [r]
+        # traker's own GPU projector without its compiled extension (fast_jl): BasicProjector
+        # regenerates S block by block. Its default block (100 columns) and the largest block
+        # that fits beside the gradients (1024 columns: a 41 GB block at p = 10M).
+        try:
+            from trak.projectors import BasicProjector, ProjectionType
+        except ImportError:
+            print("traker not importable: its projector is not timed (carry its wheel)")
+        else:
+            for cols in (100, 1024):
+                proj = BasicProjector(
+                    grad_dim=p,
+                    proj_dim=k,
+                    seed=0,
+                    proj_type=ProjectionType.rademacher,
+                    device=torch.device("cuda"),
+                    block_size=cols,
+                )
+                results.append(
+                    compare(
+                        lambda: sketch_project_triton(g, 0, k, "rademacher"),
+                        lambda proj=proj: proj.project(g, model_id=0),
+                        name=f"triton sketch vs traker BasicProjector(block_size={cols})",
+                        device="cuda",
+                        warmup=1,
+                        repeats=4,
+                        params={"n": n, "p": p, "k": k, "traker_block_size": cols},
+                    )
+                )
+                del proj
+                torch.cuda.empty_cache()
     else:
         p, k, n = (20_000, 256, 64) if args.quick else (100_000, 512, 64)
         g = torch.randn(n, p)
@@ -72,8 +105,10 @@ def main(argv=None) -> int:
             repeats=3,
             params={"n": n, "p": p, "k": k},
         )
-    print(f"{r.name}: ratio median {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]")
-    write_json(args.out, [r], device=args.device, command=" ".join([sys.executable, *sys.argv]))
+        results = [r]
+    for r in results:
+        print(f"{r.name}: ratio median {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]")
+    write_json(args.out, results, device=args.device, command=" ".join([sys.executable, *sys.argv]))
     return 0
 
 
