@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rehearse", action="store_true", help="CPU, interpreter mode, tiny sizes")
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for the whole pass")
     ap.add_argument("--steps", default="env,kernels,tests,bench", help="comma-separated subset")
-    ap.add_argument("--only-bench", default=None, help="substring filter on benchmark scripts")
+    ap.add_argument("--only-bench", default=None, help="comma-separated substrings of scripts")
+    ap.add_argument("--only-tests", default=None, help="comma-separated members to test")
     ap.add_argument("--kernel-worker", nargs=2, metavar=("DEVICE", "JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -339,11 +340,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         p.save()
 
+    # Correctness steps compile one autotune candidate per kernel; benchmarks search them all.
+    check_env = {**env, "FRONTIER_TRITON_AUTOTUNE": "first"}
     if "kernels" in steps:
         dest = scratch / "kernels.json"
         dev = "cpu" if args.rehearse else "cuda"
         worker = [*py, str(Path(__file__).resolve()), str(args.out), "--kernel-worker", dev]
-        row = p.run("kernels", [*worker, str(dest)], env, 240 if args.rehearse else 120)
+        row = p.run("kernels", [*worker, str(dest)], check_env, 240 if args.rehearse else 120)
         rows = json.loads(dest.read_text()) if dest.is_file() else []
         if not rows or row["timed_out"]:
             rows.append({"kernel": "(pass)", "ok": False, "error": row["output"][-2000:]})
@@ -352,8 +355,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if "tests" in steps:
         for dist, files in gpu_test_files().items():
+            if args.only_tests and dist not in args.only_tests.split(","):
+                continue
             cmd = [*py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", *files]
-            row = p.run(f"tests {dist}", cmd, env, 90)
+            row = p.run(f"tests {dist}", cmd, check_env, 90)
             counts = _pytest_counts(row["output"])
             # rc 5: nothing selected, which is a failure on a GPU (every file holds gpu tests)
             ok = row["rc"] == 0 and (args.rehearse or counts.get("passed", 0) > 0)
@@ -376,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     if "bench" in steps:
         where = {m.dist: m.path for m in library_members(ROOT)}
         for b in BENCHMARKS:
-            if args.only_bench and args.only_bench not in f"{b.member}/{b.script}":
+            wanted = args.only_bench.split(",") if args.only_bench else [""]
+            if not any(w in f"{b.member}/{b.script}" for w in wanted):
                 continue
             dest = scratch / f"{b.member}_{Path(b.script).stem}.json"
             bargs = b.rehearse_args if args.rehearse else b.gpu_args

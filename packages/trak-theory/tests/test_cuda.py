@@ -19,7 +19,7 @@ pytestmark = [
 ]
 
 
-def _scores(device: str, k):
+def _trak_scores(device: str, k):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3)).double().to(device)
     g = torch.Generator().manual_seed(1)
@@ -28,12 +28,30 @@ def _scores(device: str, k):
     trak = TRAK(net, x, y, k=k, ridge=0.05, batch_size=8, seed=3)
     state = {n: v.detach().clone() for n, v in net.state_dict().items()}
     trak.featurize(state, model_id=0)
-    return trak.score(x[:5], y[:5], {0: state}).cpu()
+    return trak, trak.score(x[:5], y[:5], {0: state}).cpu()
 
 
-@pytest.mark.parametrize("k", [None, 11])
-def test_scores_on_cuda_match_the_cpu(k):
-    torch.testing.assert_close(_scores("cuda", k), _scores("cpu", k), rtol=1e-6, atol=1e-9)
+def test_exact_scores_on_cuda_match_the_cpu():
+    # k = None: float64 features and kernel on both devices; only summation order differs.
+    torch.testing.assert_close(_trak_scores("cuda", None)[1], _trak_scores("cpu", None)[1])
+
+
+def test_sketched_scores_on_cuda_match_the_cpu_within_float32_rounding():
+    # The sketch runs in float32 on both devices (Triton on CUDA, the blockwise reference on
+    # the CPU), so the features differ by summation order: |d phi| <= p eps32 |G||S| / sqrt(k)
+    # entrywise. The float64 kernel solve then amplifies a relative feature error by at most
+    # about 2 cond(Phi^T Phi + ridge I) (a perturbed linear system), and a score is a bilinear
+    # form in the features, which adds one more relative error of the same size.
+    trak, cpu = _trak_scores("cpu", 11)
+    _, gpu = _trak_scores("cuda", 11)
+    gram = trak.gram(0)
+    eig = torch.linalg.eigvalsh(gram + trak.ridges[0] * torch.eye(gram.shape[0], dtype=gram.dtype))
+    cond = float(eig[-1] / eig[0])
+    eps32 = torch.finfo(torch.float32).eps
+    bound = 4 * trak.p * eps32 * cond
+    rel = float(torch.linalg.vector_norm(gpu - cpu) / torch.linalg.vector_norm(cpu))
+    assert bound < 0.05, f"the error model is uninformative here (bound {bound:.2g})"
+    assert rel <= bound, (rel, bound, cond)
 
 
 def test_score_helpers_accept_cuda_inputs():

@@ -33,6 +33,10 @@ def interpreting() -> bool:
 def autotune_configs(configs: Sequence[Any]) -> list[Any]:
     """The configurations to autotune over: all of them on a GPU, the first under the interpreter.
 
+    ``FRONTIER_TRITON_AUTOTUNE=first`` also keeps only the first on a GPU: a correctness check
+    then compiles one kernel instead of every candidate (on a fresh machine a float32 SYRK
+    autotune compiles for over a minute), while benchmarks keep the full search.
+
     Args:
         configs: ``triton.Config`` objects, best guess first.
 
@@ -41,7 +45,8 @@ def autotune_configs(configs: Sequence[Any]) -> list[Any]:
     """
     if not configs:
         raise ValueError("autotune_configs needs at least one triton.Config, got none")
-    return list(configs[:1]) if interpreting() else list(configs)
+    first_only = interpreting() or os.environ.get("FRONTIER_TRITON_AUTOTUNE") == "first"
+    return list(configs[:1]) if first_only else list(configs)
 
 
 def require_triton(what: str) -> None:
