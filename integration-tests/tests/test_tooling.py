@@ -247,3 +247,64 @@ def test_the_main_job_fits_its_budget():
     with_headline = {e.dist for e in head}
     without = sorted({e.dist for e in repro.discover_all()} - with_headline)
     assert not without, f"packages with experiments but no headline: {without}"
+
+
+def test_gpu_offline_reads_the_kernel_registries_and_gpu_tests_without_installed_metadata():
+    # On a bare GPU machine nothing is installed, so entry points are read from the pyprojects;
+    # they must name exactly what the installed entry points name here.
+    from importlib.metadata import entry_points
+
+    import gpu_offline
+
+    from_pyprojects = gpu_offline.kernel_registries()
+    installed = {ep.name: ep.value for ep in entry_points(group=gpu_offline.ENTRY_GROUP)}
+    assert from_pyprojects.pop("shared-core") == "shared_core.kernels:KERNELS"
+    assert from_pyprojects == installed
+    files = gpu_offline.gpu_test_files()
+    assert "shared-core/tests/test_polar_msign.py" in files["shared-core"]
+    for dist, paths in files.items():
+        for path in paths:
+            assert "mark.gpu" in (ROOT / path).read_text(), (dist, path)
+    scripts = {f"{b.member}/{b.script}" for b in gpu_offline.BENCHMARKS}
+    where = {m.dist: m.path for m in members()}
+    for s in scripts:
+        member, _, script = s.partition("/")
+        assert (ROOT / where[member] / script).is_file(), s
+
+
+def _bare_rehearsal(tmp_path, *extra):
+    """The offline GPU pass on this CPU under ``python -S``: torch from site-packages through
+    PYTHONPATH, the members only through the driver's own src/ paths (no .pth, no uv)."""
+    import json
+    import os
+    import sysconfig
+
+    py = f"{sys.executable} -S"
+    env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    env.pop("TRITON_INTERPRET", None)
+    out = tmp_path / "gpu"
+    cmd = [sys.executable, "-S", str(ROOT / "tools" / "gpu_offline.py"), str(out)]
+    cmd += ["--rehearse", "--python", py, "--wheels", str(tmp_path / "no-wheels"), *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    doc = json.loads((out / "gpu_offline.json").read_text())
+    return proc, doc, sorted(p.name for p in out.iterdir())
+
+
+def test_gpu_offline_rehearsal_runs_on_a_bare_interpreter(tmp_path):
+    proc, doc, files = _bare_rehearsal(
+        tmp_path, "--only-tests", "shared-core,trak-theory", "--only-bench", "speed_polar"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert files == ["gpu_offline.json", "gpu_offline.log"]  # a device returns few files
+    assert doc["ok"] and doc["mode"] == "rehearse" and doc["env"]["cuda_available"] is False
+    assert {r["kernel"] for r in doc["kernels"]} >= {"syrk", "trak-theory/sketch_project"}
+    assert [t["member"] for t in doc["tests"]] == ["shared-core", "trak-theory"]
+    (bench,) = doc["bench"]
+    assert bench["result"]["results"][0]["ratio_median"] > 0
+
+
+@pytest.mark.slow
+def test_gpu_offline_full_rehearsal(tmp_path):
+    proc, doc, _ = _bare_rehearsal(tmp_path, "--budget", "1200")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(doc["bench"]) == len(__import__("gpu_offline").BENCHMARKS)
