@@ -8,8 +8,11 @@ import torch
 
 from shared_core.bench import (
     ComparisonResult,
+    blas_info,
     compare,
+    cpu_info,
     environment,
+    gemm_throughput,
     markdown_table,
     time_fn,
     write_json,
@@ -69,6 +72,46 @@ def test_threads_are_pinned_and_restored():
 
 def test_environment_describes_the_device():
     assert environment("cpu")["device"] == "cpu"
+
+
+def test_cpu_info_reads_the_model_and_the_gemm_flags():
+    text = (
+        "processor\t: 0\nmodel name\t: AMD EPYC 9B14 96-Core Processor\n"
+        "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 avx512vl\n"
+    )
+    info = cpu_info(text)
+    assert info == {
+        "model": "AMD EPYC 9B14 96-Core Processor",
+        "flags": ["avx2", "fma", "avx512f", "avx512_bf16"],
+    }
+    assert cpu_info("")["flags"] == []
+
+
+def test_blas_info_reads_torch_build_config():
+    cfg = (
+        "  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build 20240605\n"
+        "  - CPU capability usage: AVX512\n"
+        "  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, LAPACK_INFO=mkl, X=2.9\n"
+    )
+    info = blas_info(cfg)
+    assert (info["blas"], info["lapack"], info["mkl_version"]) == ("mkl", "mkl", "2024.2")
+    assert info["cpu_capability"] == "AVX512"
+    openblas = blas_info("OpenBLAS 0.3.27\nBuild settings: BLAS_INFO=open, LAPACK_INFO=open,")
+    assert (openblas["blas"], openblas["openblas_version"]) == ("open", "0.3.27")
+    assert blas_info()["blas"]  # this torch reports one
+
+
+def test_gemm_probe_measures_positive_throughput_within_its_time():
+    t0 = time.perf_counter()
+    g = gemm_throughput("cpu", seconds=0.2, n=96)
+    assert set(g) == {"float32", "bfloat16"} and all(v > 0 for v in g.values())
+    assert time.perf_counter() - t0 < 5.0  # a probe, not a benchmark
+
+
+def test_write_json_records_the_machine(tmp_path):
+    path = write_json(tmp_path / "r.json", [{"name": "x"}], probe=False, command="c")
+    env = json.loads(path.read_text())["environment"]
+    assert {"cpu", "blas", "thread_env", "torch_threads"} <= set(env) and "gemm_gflops" not in env
 
 
 @pytest.mark.parametrize("repeats", [0, -1, 2.5, True])

@@ -132,6 +132,25 @@ def test_tall_wide_and_batched(method, gen):
     torch.testing.assert_close(msign(G.mT, method=method), Q.mT)
 
 
+def test_wide_svd_factors_the_tall_transpose(gen, monkeypatch):
+    # LAPACK is slower on wide input than on its transpose: only tall matrices reach the SVD,
+    # and the wide result is still the float64 polar factor.
+    shapes = []
+    real_svd = torch.linalg.svd
+
+    def spy(X, *args, **kwargs):
+        shapes.append(tuple(X.shape[-2:]))
+        return real_svd(X, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "svd", spy)
+    G = torch.randn(2, 9, 61, generator=gen, dtype=torch.float64)
+    Q = msign(G, method="svd")
+    assert shapes == [(61, 9)]
+    monkeypatch.setattr(torch.linalg, "svd", real_svd)
+    for b in range(2):
+        torch.testing.assert_close(Q[b], _polar64(G[b]), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("shape", [(301, 7), (13, 257), (2, 97, 33)])
 @pytest.mark.parametrize("cond", [1e1, 1e4])
 def test_gram_path_matches_the_float64_svd_of_the_same_data(shape, cond, gen):

@@ -2,7 +2,8 @@
 
 - :func:`time_fn`: warm-up, repeats, median/min/max, CUDA events on GPU, peak memory.
 - :func:`compare`: a candidate and a baseline interleaved in one run, ratio pair by pair.
-- :func:`write_json`: results plus the environment (versions, device, threads, git commit).
+- :func:`write_json`: results plus the environment (CPU model and flags, BLAS and its version,
+  threads, a GEMM throughput probe, versions, device, git commit).
 
 Example:
     >>> import torch
@@ -13,15 +14,18 @@ Example:
     True
 """
 
-from .environment import environment, git_commit
+from .environment import blas_info, cpu_info, environment, gemm_throughput, git_commit
 from .report import markdown_table, write_json
 from .timing import ComparisonResult, TimingStats, compare, time_fn
 
 __all__ = [
     "ComparisonResult",
     "TimingStats",
+    "blas_info",
     "compare",
+    "cpu_info",
     "environment",
+    "gemm_throughput",
     "git_commit",
     "markdown_table",
     "time_fn",

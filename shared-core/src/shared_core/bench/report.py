@@ -27,6 +27,7 @@ def write_json(
     results: Sequence[ComparisonResult | TimingStats | dict[str, Any]],
     *,
     device: str = "cpu",
+    probe: bool = True,
     **meta: Any,
 ) -> Path:
     """Write ``{"environment": ..., "results": [...], **meta}`` to ``path`` (parents created).
@@ -35,6 +36,8 @@ def write_json(
         path: the JSON file to write.
         results: comparison or timing results (or plain dicts).
         device: the device the environment record describes.
+        probe: include a one-second GEMM throughput probe in the record (the machine's speed
+            at float32 and bfloat16 products, so a reader can tell which machine a ratio is from).
         **meta: extra top-level keys (the command that made the file, say).
 
     Returns:
@@ -44,7 +47,11 @@ def write_json(
         raise ValueError("results must be a list of results, not a single result")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"environment": environment(device), "results": [_as_dict(r) for r in results], **meta}
+    doc = {
+        "environment": environment(device, probe=probe),
+        "results": [_as_dict(r) for r in results],
+        **meta,
+    }
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path
 

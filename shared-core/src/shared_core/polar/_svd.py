@@ -26,6 +26,10 @@ def svd_apply(G: Tensor, weights: Callable[[Tensor], Tensor], dtype: torch.dtype
     m, n = G.shape[-2:]
     if min(m, n) == 0:
         return torch.zeros_like(G)
+    if m < n:
+        # LAPACK's divide and conquer is about twice as slow on a wide matrix as on its
+        # transpose (measured at 64x4096); U w(S) V^T of G is the transpose of V w(S) U^T.
+        return svd_apply(G.mT, weights, dtype).mT
     X = G.to(dtype)
     U, s, Vh = torch.linalg.svd(X, full_matrices=False)
     return ((U * weights(s).unsqueeze(-2)) @ Vh).to(G.dtype)
