@@ -158,3 +158,59 @@ def test_run_experiment_refuses_missing_plots_and_bad_returns(tmp_path):
 def test_run_experiment_quick_and_full_are_exclusive(tmp_path):
     with pytest.raises(SystemExit):
         run_experiment(_toy_run, name="x", argv=["--quick", "--full"])
+
+
+@pytest.fixture
+def fake_metadata(monkeypatch):
+    """Two packages' extras as importlib.metadata reports them (no install needed)."""
+    import importlib.metadata as md
+
+    reqs = {
+        "imuon": [
+            "geoopt>=0.5 ; extra == 'bench'",
+            "shared-core[plot]>=0.1 ; extra == 'experiments'",
+            "shared-core[plot]>=0.1 ; extra == 'plot'",
+        ],
+        "heavytail-sgd": ["scikit-learn ; extra == 'data'", 'matplotlib ; extra == "plot"'],
+    }
+
+    def requires(dist):
+        if dist not in reqs:
+            raise md.PackageNotFoundError(dist)
+        return reqs[dist]
+
+    monkeypatch.setattr(md, "packages_distributions", lambda: {})
+    monkeypatch.setattr(md, "requires", requires)
+
+
+def test_a_missing_matplotlib_stops_the_run_before_it_computes(
+    tmp_path, monkeypatch, fake_metadata
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "matplotlib" else real(n, *a)
+    )
+    calls = []
+
+    def run(ctx):
+        calls.append(ctx)
+        return ExperimentResult("t", "c", "s", {}, None)
+
+    with pytest.raises(ImportError, match=r"imuon\[experiments\]"):
+        run_experiment(run, name="imuon.image", argv=["--out", str(tmp_path / "a")])
+    with pytest.raises(ImportError, match=r"heavytail-sgd\[plot\]"):
+        run_experiment(run, name="heavytail_sgd.rates", argv=["--out", str(tmp_path / "b")])
+    assert calls == [] and not (tmp_path / "a").exists()
+    # an experiment that draws nothing runs without matplotlib
+    assert run_experiment(run, name="x", argv=["--out", str(tmp_path / "c")], plots=False) == 0
+    assert len(calls) == 1
+
+
+def test_plot_extra_names_the_package_own_extra(fake_metadata):
+    from shared_core.experiment.run import plot_extra
+
+    assert plot_extra("imuon.image") == "imuon[experiments]"
+    assert plot_extra("heavytail_sgd.rates") == "heavytail-sgd[plot]"
+    assert plot_extra("not_a_package.x") == "matplotlib"

@@ -10,12 +10,13 @@ Example:
 from .plotting import line_plot
 from .progress import progress
 from .results import load_json, save_json, to_jsonable
-from .run import ExperimentResult, RunContext, make_run_dir, run_experiment
+from .run import ExperimentResult, RunContext, check_plotting, make_run_dir, run_experiment
 from .seeding import seed_everything
 
 __all__ = [
     "ExperimentResult",
     "RunContext",
+    "check_plotting",
     "line_plot",
     "load_json",
     "make_run_dir",

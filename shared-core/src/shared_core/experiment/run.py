@@ -16,7 +16,10 @@ runner (:mod:`shared_core.experiment.repro`) reads that file to build its report
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +30,14 @@ from typing import Any
 from .results import save_json
 from .seeding import seed_everything
 
-__all__ = ["ExperimentResult", "RunContext", "make_run_dir", "run_experiment"]
+__all__ = [
+    "ExperimentResult",
+    "RunContext",
+    "check_plotting",
+    "make_run_dir",
+    "plot_extra",
+    "run_experiment",
+]
 
 RESULT_FILE = "result.json"
 
@@ -99,19 +109,67 @@ def _parser(name: str, description: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def plot_extra(experiment: str) -> str:
+    """What to install for an experiment's plots, named by the experiment's own package.
+
+    ``"imuon.image"`` -> ``"imuon[experiments]"`` when imuon's ``experiments`` extra brings
+    matplotlib (directly or through ``shared-core[plot]``), else its ``plot`` extra, else the
+    first extra that does; ``"matplotlib"`` when the package declares none.
+    """
+    top = experiment.split(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top) or [top.replace("_", "-")]
+    for dist in dists:
+        try:
+            reqs = importlib.metadata.requires(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        extras = []
+        for req in reqs:
+            m = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", req)
+            if m and ("matplotlib" in req or "[plot]" in req):
+                extras.append(m.group(1))
+        for choice in ("experiments", "plot", *extras):
+            if choice in extras:
+                return f"{dist}[{choice}]"
+    return "matplotlib"
+
+
+def check_plotting(experiment: str) -> None:
+    """Raise ``ImportError`` naming the package's own extra when matplotlib is missing.
+
+    Called before an experiment computes anything: finding out after minutes of computing,
+    with an empty run folder left behind, is the failure this prevents.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ImportError(
+            f"{experiment} draws its plots with matplotlib, which is not installed: "
+            f"pip install '{plot_extra(experiment)}'"
+        )
+
+
 def run_experiment(
     run: Callable[[RunContext], ExperimentResult],
     *,
     name: str,
     description: str | None = None,
     argv: Sequence[str] | None = None,
+    plots: bool = True,
 ) -> int:
     """Parse the standard flags, seed, make the run folder, run, and write ``result.json``.
+
+    Args:
+        run: the experiment, ``run(ctx) -> ExperimentResult``.
+        name: ``"<package>.<experiment>"``.
+        description: the ``--help`` text.
+        argv: command-line arguments (``sys.argv[1:]`` when None).
+        plots: the experiment draws plots; matplotlib is checked before anything runs.
 
     Returns:
         0, the process exit code (errors propagate as exceptions).
     """
     args = _parser(name, description).parse_args(argv)
+    if plots:
+        check_plotting(name)
     seed_everything(args.seed)
     out_dir = Path(args.out) if args.out is not None else make_run_dir("runs", name)
     out_dir.mkdir(parents=True, exist_ok=True)
