@@ -185,9 +185,37 @@ def test_report_has_a_table_per_paper_with_claim_measured_and_verdict():
     assert claims.index("### P03") < claims.index("### P10") < claims.index("### package c")
     p10 = claims[claims.index("### P10") : claims.index("### package c")]
     assert "b.one" in p10 and "b.two" in p10 and "a.one" not in p10
-    assert "| b.one claim | risk ratio 0.98 | yes |" in p10
+    assert "| b.one claim | **not stated** | risk ratio 0.98 | yes |" in p10
     # Without a measured line, the summary's first sentence stands in.
-    assert "| b.two claim | First sentence here. | yes |" in p10
-    assert "| a.one claim | slope -0.33 | **no** |" in claims
+    assert "| b.two claim | **not stated** | First sentence here. | yes |" in p10
+    assert "| a.one claim | **not stated** | slope -0.33 | **no** |" in claims
     assert "### package d" in claims and "failed (exit 1)" in claims
     assert "Total: 9 s for 5 experiments." in text
+
+
+def test_the_claims_table_quotes_each_rule():
+    run = _run("b.one", "b", paper="P10", measured="gap 0.4")
+    run["rule"] = "holds if |gap| <= 0.5 (non-inferiority)"
+    text = render_index([run], mode="quick")
+    assert "| b.one claim | holds if \\|gap\\| <= 0.5 (non-inferiority) | gap 0.4 | yes |" in text
+    assert "*Rule (fixed before the run):* holds if |gap| <= 0.5" in text
+
+
+def test_stated_rule_reads_the_rule_paragraph_without_importing(tmp_path, monkeypatch):
+    pkg = tmp_path / "rulepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        '"""Title.\n\nMethod text.\n\nRule (fixed before the run): holds iff\n'
+        'the slope is within 0.1.\n\nMore."""\nraise SystemExit("never imported")\n'
+    )
+    (pkg / "b.py").write_text('"""Title.\n\n``holds``:\n\n1. first;\n2. second.\n"""\n')
+    (pkg / "c.py").write_text('"""Title only."""\n')
+    (pkg / "d.py").write_text('"""T.\n\nRules, fixed before the run: ' + "x" * 600 + '"""\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rule = repro.stated_rule
+    assert rule("rulepkg.a") == "Rule (fixed before the run): holds iff the slope is within 0.1."
+    assert rule("rulepkg.b") == "`holds`: 1. first; 2. second."  # heading joined to its list
+    assert rule("rulepkg.c") is None and rule("no_such_pkg.x") is None
+    long = rule("rulepkg.d")
+    assert len(long) == 400 and long.endswith("…")

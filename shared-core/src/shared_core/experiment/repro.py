@@ -36,6 +36,7 @@ import argparse
 import ast
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import time
@@ -124,6 +125,45 @@ def quick_estimate(module: str) -> float | None:
     return None
 
 
+_RULE_START = re.compile(
+    r"^(?:[-*]\s*)?(?:the\s+)?(?:(?:verdict|pass)\s+)?(?:rules?|verdict)\b"
+    r"|^`{1,2}holds`{1,2}|^claims? checked",
+    re.IGNORECASE,
+)
+
+
+def _module_source(module: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin).read_text(encoding="utf-8")
+
+
+def stated_rule(module: str, limit: int = 400) -> str | None:
+    """The verdict rule an experiment module states in its docstring, on one line.
+
+    The rule is the first paragraph (up to the next blank line) that starts with "Rule(s)",
+    "Verdict", "Pass rule", "``holds``" or "Claims checked", with the paragraph after it when
+    it ends in a colon (a heading for a list); it is cut at ``limit`` characters. ``None`` when the
+    module states none (or cannot be found).
+    """
+    src = _module_source(module)
+    doc = ast.get_docstring(ast.parse(src)) if src else None
+    if not doc:
+        return None
+    paras = [p.strip() for p in re.split(r"\n\s*\n", doc)]
+    for i, para in enumerate(paras):
+        if _RULE_START.match(para):
+            if para.endswith(":") and i + 1 < len(paras):  # a heading for the list below it
+                para = f"{para} {paras[i + 1]}"
+            text = " ".join(para.split()).replace("``", "`")
+            return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return None
+
+
 def _run_one(entry: Entry, out: Path, mode: str, timeout: float) -> dict[str, Any]:
     run_dir = out / entry.name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -149,6 +189,7 @@ def _run_one(entry: Entry, out: Path, mode: str, timeout: float) -> dict[str, An
         "estimate_seconds": quick_estimate(entry.module) if mode == "quick" else None,
         "status": status,
         "seconds": seconds,
+        "rule": (result or {}).get("rule") or stated_rule(entry.module),
         "result": result,
     }
 
@@ -216,16 +257,17 @@ def render_index(runs: Sequence[dict[str, Any]], *, mode: str) -> str:
         lines += [
             f"### {paper}",
             "",
-            "| experiment | claim | measured | holds |",
-            "|---|---|---|---|",
+            "| experiment | claim | rule (fixed before the run) | measured | holds |",
+            "|---|---|---|---|---|",
         ]
         for r in group:
             res = r["result"] or {}
             measured = res.get("measured") or _first_sentence(res.get("summary", "")) or "-"
             verdict = _VERDICT.get(res.get("holds")) if res else f"- ({r['status']})"
+            rule = r.get("rule") or "**not stated**"
             lines.append(
                 f"| [{r['name']}](#{r['name'].replace('.', '')}) | {_fmt(res.get('claim', '-'))}"
-                f" | {_fmt(measured)} | {verdict} |"
+                f" | {_fmt(rule)} | {_fmt(measured)} | {verdict} |"
             )
         lines.append("")
     lines += [
@@ -255,6 +297,8 @@ def render_index(runs: Sequence[dict[str, Any]], *, mode: str) -> str:
             f"**{res['title']}**",
             "",
             f"*Claim:* {res['claim']}",
+            "",
+            f"*Rule (fixed before the run):* {r.get('rule') or 'not stated'}",
             "",
             f"*Holds:* {_VERDICT[res['holds']]}",
             "",

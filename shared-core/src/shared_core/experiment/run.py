@@ -84,6 +84,9 @@ class ExperimentResult:
         table: optional rows (dicts with the same keys) shown as a table in the report.
         paper: the source paper, e.g. ``"P03"`` (its id in the project's paper list); the
             report groups experiments by it.
+        rule: the verdict's rule as fixed before the run, with its margin, e.g. ``"holds if the
+            paired accuracy difference to Muon is >= -0.5 points (non-inferiority)"``; when
+            None the report quotes the "Rule ..." paragraph of the module's docstring.
         measured: the measured result in one line, e.g. ``"slope -0.33 vs predicted -0.33"``:
             the report's per-paper table shows it beside the claim.
     """
@@ -97,6 +100,7 @@ class ExperimentResult:
     table: list[dict[str, Any]] | None = None
     paper: str | None = None
     measured: str | None = None
+    rule: str | None = None
 
 
 def _parser(name: str, description: str | None) -> argparse.ArgumentParser:
