@@ -16,6 +16,8 @@ Sessions:
                          reports/repro/index.md (`-- --all` adds the extra experiments,
                          `-- --full` for paper scale)
     repro_member(<m>)    every experiment of one member, report in reports/repro-<m>/
+    docs                 the documentation site (every member's README, docs/ and API
+                         reference) built with mkdocs --strict into build/docs_site/site
     build(<member>)      `uv build --package X --no-sources`, then check the wheel's metadata,
                          install it alone in a fresh environment and run its README's usage
                          example there
@@ -158,6 +160,13 @@ def bench(session: nox.Session) -> None:
             out = ROOT / "reports" / "bench" / m.dist / f"{script.stem}.json"
             args = [] if mode == "--full" else ["--quick"]
             session.run("python", str(script), *args, "--out", str(out), env=CPU_ENV)
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """The documentation site, warnings as errors (`-- --serve` to browse it locally)."""
+    _sync(session, "--all-packages", "--group", "docs", "--no-default-groups")
+    session.run("python", "tools/docs_site.py", *session.posargs)
 
 
 @nox.session(default=False)
