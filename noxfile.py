@@ -11,7 +11,8 @@ Sessions:
                          (MKL_CBWR=AVX2|COMPATIBLE|AUTO) with 1 and 2 threads
     gpu                  (not default) gpu-marked tests and compiled Triton kernels on a CUDA
                          machine, in the ambient interpreter
-    bench                every member's benchmarks/*.py, JSON into reports/bench/
+    bench                every member's benchmarks/*.py, JSON into reports/bench/, then the
+                         performance dashboard (tools/bench_dashboard.py) of every claim
     repro                the main job: every headline experiment, quick mode, report in
                          reports/repro/index.md (`-- --all` adds the extra experiments,
                          `-- --full` for paper scale)
@@ -160,6 +161,10 @@ def bench(session: nox.Session) -> None:
             out = ROOT / "reports" / "bench" / m.dist / f"{script.stem}.json"
             args = [] if mode == "--full" else ["--quick"]
             session.run("python", str(script), *args, "--out", str(out), env=CPU_ENV)
+    # The dashboard: every registered claim judged on these fresh numbers where a benchmark
+    # wrote them, else on the committed evidence (`--write-readme` updates the root table).
+    dash = ["python", "tools/bench_dashboard.py", "--fresh", "reports/bench"]
+    session.run(*dash, "--out", "reports/bench/dashboard.md")
 
 
 @nox.session(default=False)

@@ -308,3 +308,39 @@ def test_gpu_offline_full_rehearsal(tmp_path):
     proc, doc, _ = _bare_rehearsal(tmp_path, "--budget", "1200")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(doc["bench"]) == len(__import__("gpu_offline").BENCHMARKS)
+
+
+def test_bench_dashboard_judges_ratios_against_goals_and_finds_nested_cases():
+    import bench_dashboard as bd
+
+    assert bd.meets(0.94, "<= 0.77") is False and bd.meets(0.7, "<= 0.77") is True
+    assert bd.meets(1.2, ">= 1.1") is True and bd.meets(1.1, "> 1.1") is False
+    for bad in ("1.1", "<= fast", "== 1"):
+        with pytest.raises(ValueError, match="goal"):
+            bd.parse_goal(bad)
+    gpu_pass = {
+        "env": {},
+        "bench": [
+            {"result": {"environment": {"gpu": "H200"}, "results": [{"name": "a", "x": 1}]}},
+            {"result": {"environment": {"gpu": "H200"}, "results": [
+                {"name": "ns", "ratio_median": 0.9, "ratio_min": 0.8, "ratio_max": 1.0}
+            ]}},
+        ],
+    }  # fmt: skip
+    result, env = bd.find_case(gpu_pass, "ns")
+    assert result["ratio_median"] == 0.9 and bd.machine(env) == "H200"
+    assert bd.find_case(gpu_pass, "a") is None  # a name without a ratio is not a comparison
+    cpu_env = {"cpu": {"model": "EPYC"}, "torch_threads": 2, "blas": {"blas": "mkl"}}
+    assert bd.machine(cpu_env) == "EPYC, 2 threads, mkl"
+
+
+def test_every_registered_performance_claim_has_its_evidence_committed():
+    import json
+
+    import bench_dashboard as bd
+
+    claims = bd.load_claims()
+    assert claims, "no benchmarks/claims.toml registers a claim"
+    for c in claims:
+        assert c.evidence.is_file(), f"{c.member}: {c.what}: evidence {c.evidence} missing"
+        assert bd.find_case(json.loads(c.evidence.read_text()), c.case), (c.member, c.case)
