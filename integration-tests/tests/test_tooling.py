@@ -344,3 +344,12 @@ def test_every_registered_performance_claim_has_its_evidence_committed():
     for c in claims:
         assert c.evidence.is_file(), f"{c.member}: {c.what}: evidence {c.evidence} missing"
         assert bd.find_case(json.loads(c.evidence.read_text()), c.case), (c.member, c.case)
+
+
+def test_the_readme_dashboard_is_regenerated_from_the_claims():
+    import bench_dashboard as bd
+
+    body = (ROOT / "README.md").read_text()
+    block = body.split(bd.START, 1)[1].split(bd.END, 1)[0].strip()
+    fresh = bd.table([bd.row(c, None) for c in bd.load_claims()])
+    assert block == fresh, "run `python tools/bench_dashboard.py --write-readme`"
