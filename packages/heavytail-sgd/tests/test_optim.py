@@ -203,7 +203,8 @@ def test_pure_directions_rowwise():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda p: SMD(p, lr=0.0), "lr"),
+        (lambda p: SMD(p, lr=float("inf")), "lr"),
+        (lambda p: SMD(p, lr=0.1, foreach="yes"), "foreach"),
         (lambda p: SMD(p, lr=-1.0), "lr"),
         (lambda p: SMD(p, lr=float("nan")), "lr"),
         (lambda p: SMD(p, lr=0.1, mirror="hyperbolic"), "unknown mirror"),

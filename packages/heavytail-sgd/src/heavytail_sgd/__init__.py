@@ -11,6 +11,7 @@ from .optim import SMD, ClippedSGD, NormalizedSGD
 from .oracle import HeavyTailedOracle, add_gradient_noise_
 from .simplex import Simplex, project_simplex
 from .tail import TailEstimate, estimate_tail_index, hill, moment_estimator
+from .tail_bias import hill_reduced_bias
 
 try:
     __version__ = version("heavytail-sgd")
@@ -32,6 +33,7 @@ __all__ = [
     "add_gradient_noise_",
     "estimate_tail_index",
     "hill",
+    "hill_reduced_bias",
     "moment_estimator",
     "norm_moment_bound",
     "project_simplex",

@@ -30,31 +30,18 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 
-from shared_core.mirror import MirrorMap, get_mirror
+from shared_core.mirror import Euclidean, MirrorMap, get_mirror
+
+from ._lr import LR, eta_at, split_lr
+from .multi_tensor import euclidean_step_, mirror_step_, rowwise
 
 __all__ = ["SMD", "ClippedSGD", "NormalizedSGD", "clip_by_norm", "normalize"]
-
-LR = float | Callable[[int], float]
-
-
-def _check_lr(lr: Any) -> LR:
-    if callable(lr):
-        return lr
-    if (
-        isinstance(lr, bool)
-        or not isinstance(lr, int | float)
-        or not lr > 0
-        or not math.isfinite(lr)
-    ):
-        raise ValueError(f"lr must be a positive finite number or a callable of t, got {lr!r}")
-    return float(lr)
 
 
 def _mirror(mirror: str | MirrorMap) -> MirrorMap:
@@ -64,13 +51,6 @@ def _mirror(mirror: str | MirrorMap) -> MirrorMap:
             "shared_core.mirror.PNorm(p) with p in (1, 2] (e.g. PNorm(1.5))"
         )
     return get_mirror(mirror)
-
-
-def _lr_at(lr: LR, t: int) -> float:
-    eta = lr(t) if callable(lr) else lr
-    if not (isinstance(eta, int | float) and eta > 0 and math.isfinite(eta)):
-        raise ValueError(f"the step size at t={t} must be a positive finite number, got {eta!r}")
-    return float(eta)
 
 
 def _vec(x: torch.Tensor) -> torch.Tensor:
@@ -100,21 +80,75 @@ def normalize(g: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return torch.where(nrm > 0, g / nrm.clamp(min=torch.finfo(g.dtype).tiny), 0.0)
 
 
-class SMD(Optimizer):
+class _Scheduled(Optimizer):
+    """Group handling shared by the optimizers: the step size of :mod:`heavytail_sgd._lr`.
+
+    Groups are normalised and validated in :meth:`add_param_group` (which ``__init__`` also
+    goes through), so a group added later is checked like the first ones.
+    """
+
+    def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
+        split_lr(defaults)
+        super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Validate (and normalise in place) a group's own options; lr is done already."""
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        group = dict(param_group)
+        params = group.get("params")
+        group["params"] = [params] if isinstance(params, torch.Tensor) else list(params or ())
+        # A group's own number means a constant step: it does not inherit the default schedule.
+        if "lr" in group and "lr_schedule" not in group:
+            group["lr_schedule"] = None
+        for key, value in self.defaults.items():
+            group.setdefault(key, value)
+        split_lr(group)
+        self._check_group(group)
+        super().add_param_group(group)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        # a checkpoint of the first version kept a callable in group["lr"]
+        for group in self.param_groups:
+            split_lr(group)
+
+    @staticmethod
+    def _buckets(ps: list[torch.Tensor], state: Any) -> dict[tuple, list[torch.Tensor]]:
+        """Parameters grouped by their step count (and average weight): one step size each.
+
+        All parameters of a group share both unless some missed a gradient on some step.
+        """
+        out: dict[tuple, list[torch.Tensor]] = {}
+        for p in ps:
+            s = state[p]
+            out.setdefault((s["step"], s.get("weight_sum")), []).append(p)
+        return out
+
+
+class SMD(_Scheduled):
     r"""Stochastic mirror descent on a :mod:`shared_core.mirror` map, with optional averaging.
 
     Args:
         params: parameters or parameter groups. Each must lie in the mirror map's domain
             (e.g. on the simplex for ``"entropy"``), checked here.
-        lr: step size :math:`\eta > 0`, or a callable ``t -> eta_t`` of the 1-based step count
-            (e.g. a :class:`heavytail_sgd.schedules.StepSchedule`).
+        lr: step size :math:`\eta \ge 0` (0 is a no-op step), or a callable ``t -> eta_t`` of
+            the 1-based step count (e.g. a :class:`heavytail_sgd.schedules.StepSchedule`). A
+            callable is kept as ``group["lr_schedule"]`` and ``group["lr"]`` becomes a
+            multiplier 1.0 that torch's LR schedulers may drive: the step is
+            ``group["lr"] * lr_schedule(t)`` (a scheduler and a schedule compose by product).
         mirror: ``"euclidean"``, ``"entropy"`` or a :class:`shared_core.mirror.MirrorMap`
             instance (e.g. ``PNorm(1.5)``, ``Euclidean(Ball(1.0))``); the p-norm map needs
             its exponent, so it is passed as ``PNorm(p)`` (the string ``"pnorm"`` is refused
             with that advice).
         average: ``None``, ``"uniform"`` (:math:`w_t = 1`) or ``"weighted"``
             (:math:`w_t = \eta_t`): keep :math:`\bar x = \sum_t w_t x_t / \sum_t w_t` over the
-            points :math:`x_1, \dots, x_T` where gradients were taken.
+            points :math:`x_1, \dots, x_T` where gradients were taken. While the weights so far
+            sum to 0 (weighted, ``lr = 0`` steps) the average is the current point.
+        foreach: step all parameters of a group together (:mod:`heavytail_sgd.multi_tensor`:
+            one ``torch._foreach_add_`` for the plain Euclidean map, one batched map call per
+            row length for the p-norm, entropy and scalar-domain maps); ``False`` steps them
+            one by one (the reference). ``None`` (default) means ``True``.
 
     Example:
         >>> import torch
@@ -132,27 +166,28 @@ class SMD(Optimizer):
         lr: LR,
         mirror: str | MirrorMap = "euclidean",
         average: str | None = None,
+        *,
+        foreach: bool | None = None,
     ) -> None:
-        defaults = {"lr": _check_lr(lr), "mirror": _mirror(mirror), "average": average}
-        self._check_average(average)
+        defaults = {"lr": lr, "mirror": mirror, "average": average, "foreach": foreach}
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            group["lr"] = _check_lr(group["lr"])
-            group["mirror"] = _mirror(group["mirror"])
-            self._check_average(group["average"])
-            for p in group["params"]:
-                try:
-                    group["mirror"].check(_vec(p.detach()))
-                except ValueError as err:
-                    raise ValueError(
-                        f"parameter of shape {tuple(p.shape)} is outside the domain of "
-                        f"{group['mirror']!r}: {err}"
-                    ) from None
 
-    @staticmethod
-    def _check_average(average: Any) -> None:
-        if average not in (None, "uniform", "weighted"):
-            raise ValueError(f"average must be None, 'uniform' or 'weighted', got {average!r}")
+    def _check_group(self, group: dict[str, Any]) -> None:
+        group["mirror"] = _mirror(group["mirror"])
+        if group["average"] not in (None, "uniform", "weighted"):
+            raise ValueError(
+                f"average must be None, 'uniform' or 'weighted', got {group['average']!r}"
+            )
+        if group["foreach"] not in (None, True, False):
+            raise ValueError(f"foreach must be None, True or False, got {group['foreach']!r}")
+        for p in group["params"]:
+            try:
+                group["mirror"].check(_vec(p.detach()))
+            except ValueError as err:
+                raise ValueError(
+                    f"parameter of shape {tuple(p.shape)} is outside the domain of "
+                    f"{group['mirror']!r}: {err}"
+                ) from None
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
@@ -162,29 +197,58 @@ class SMD(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            mirror: MirrorMap = group["mirror"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise ValueError("SMD does not take sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    if group["average"] is not None:
-                        state["avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                        state["weight_sum"] = 0.0
-                t = state["step"] + 1
-                eta = _lr_at(group["lr"], t)
-                if group["average"] is not None:
-                    w = 1.0 if group["average"] == "uniform" else eta
-                    state["weight_sum"] += w
-                    # Running weighted mean: avg += (w / W_t) (x_t - avg).
-                    state["avg"].add_(p - state["avg"], alpha=w / state["weight_sum"])
-                new = mirror.step(_vec(p), _vec(p.grad), eta)
-                p.copy_(new.reshape(p.shape))
-                state["step"] = t
+            ps = [p for p in group["params"] if p.grad is not None]
+            if any(p.grad.is_sparse for p in ps):
+                raise ValueError("SMD does not take sparse gradients")
+            for p in ps:
+                self._init_state(p, group)
+            for (t_prev, _), bucket in self._buckets(ps, self.state).items():
+                self._step_bucket(group, bucket, t_prev + 1)
         return loss
+
+    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+        state = self.state[p]
+        if not state:
+            state["step"] = 0
+            if group["average"] is not None:
+                state["avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["weight_sum"] = 0.0
+
+    def _step_bucket(self, group: dict[str, Any], ps: list[torch.Tensor], t: int) -> None:
+        """Step parameters that share the step count ``t`` (and the average's weight sum)."""
+        eta = eta_at(group, t)
+        if group["average"] is not None:
+            self._update_average(group, ps, eta)
+        if eta > 0:  # eta = 0: a no-op step, as torch.optim.SGD with lr = 0
+            mirror: MirrorMap = group["mirror"]
+            grads = [p.grad for p in ps]
+            if group["foreach"] is False:
+                for p, g in zip(ps, grads, strict=True):
+                    p.copy_(mirror.step(_vec(p), _vec(g), eta).reshape(p.shape))
+            elif type(mirror) is Euclidean and mirror.domain is None:
+                euclidean_step_(ps, grads, eta)
+            elif rowwise(mirror):
+                mirror_step_(mirror, ps, grads, eta)
+            else:
+                for p, g in zip(ps, grads, strict=True):
+                    p.copy_(mirror.step(_vec(p), _vec(g), eta).reshape(p.shape))
+        for p in ps:
+            self.state[p]["step"] = t
+
+    def _update_average(self, group: dict[str, Any], ps: list[torch.Tensor], eta: float) -> None:
+        w = 1.0 if group["average"] == "uniform" else eta
+        total = self.state[ps[0]]["weight_sum"] + w
+        avgs = [self.state[p]["avg"] for p in ps]
+        for p in ps:
+            self.state[p]["weight_sum"] = total
+        # Running weighted mean avg += (w / W_t)(x_t - avg), i.e. lerp(avg, x_t, w / W_t). With
+        # W_t = 0 so far (weighted, only lr = 0 steps) the points have not moved: avg = x_t.
+        weight = w / total if total > 0 else 1.0
+        if group["foreach"] is False:
+            for a, p in zip(avgs, ps, strict=True):
+                a.lerp_(p, weight)
+        else:
+            torch._foreach_lerp_(avgs, ps, weight)
 
     def averaged_params(self) -> list[torch.Tensor]:
         """The averaged iterates, one per parameter (the current value where none is kept)."""
@@ -226,7 +290,7 @@ class SMD(Optimizer):
                     p.copy_(saved)
 
 
-class _GroupNormSGD(Optimizer, abc.ABC):
+class _GroupNormSGD(_Scheduled, abc.ABC):
     """Shared loop of the baselines: transform the group's gradient as one vector, then step."""
 
     @abc.abstractmethod
@@ -251,11 +315,12 @@ class _GroupNormSGD(Optimizer, abc.ABC):
             for p in ps:
                 self.state[p].setdefault("step", 0)
             t = self.state[ps[0]]["step"] + 1
-            eta = _lr_at(group["lr"], t)
+            eta = eta_at(group, t)
             offset = 0
             for p in ps:
                 n = p.numel()
-                p.add_(direction[offset : offset + n].view_as(p), alpha=-eta)
+                if eta > 0:  # eta = 0: a no-op step
+                    p.add_(direction[offset : offset + n].view_as(p), alpha=-eta)
                 offset += n
                 self.state[p]["step"] = t
         return loss
@@ -268,7 +333,8 @@ class ClippedSGD(_GroupNormSGD):
 
     Args:
         params: parameters or groups.
-        lr: positive step size or callable of the 1-based step count.
+        lr: step size >= 0 or a callable of the 1-based step count (composes with torch's
+            LR schedulers as in :class:`SMD`).
         clip: clipping level :math:`\tau > 0`.
 
     Example:
@@ -281,11 +347,13 @@ class ClippedSGD(_GroupNormSGD):
     """
 
     def __init__(self, params, lr: LR, clip: float) -> None:
+        super().__init__(params, {"lr": lr, "clip": clip})
+
+    def _check_group(self, group):
+        clip = group["clip"]
         if isinstance(clip, bool) or not isinstance(clip, int | float) or not clip > 0:
             raise ValueError(f"clip must be a positive number, got {clip!r}")
-        super().__init__(params, {"lr": _check_lr(lr), "clip": float(clip)})
-        for group in self.param_groups:
-            group["lr"] = _check_lr(group["lr"])
+        group["clip"] = float(clip)
 
     def _direction(self, g, group):
         return clip_by_norm(g, group["clip"])
@@ -298,7 +366,8 @@ class NormalizedSGD(_GroupNormSGD):
 
     Args:
         params: parameters or groups.
-        lr: positive step size or callable of the 1-based step count.
+        lr: step size >= 0 or a callable of the 1-based step count (composes with torch's
+            LR schedulers as in :class:`SMD`).
 
     Example:
         >>> import torch
@@ -310,9 +379,7 @@ class NormalizedSGD(_GroupNormSGD):
     """
 
     def __init__(self, params, lr: LR) -> None:
-        super().__init__(params, {"lr": _check_lr(lr)})
-        for group in self.param_groups:
-            group["lr"] = _check_lr(group["lr"])
+        super().__init__(params, {"lr": lr})
 
     def _direction(self, g, group):
         return normalize(g)

@@ -50,6 +50,13 @@ class TailEstimate:
     n: int
     level: float
     method: str
+    #: the extreme-value index estimate (``1/alpha`` where heavy-tailed; <= 0 where not)
+    gamma: float | None = None
+
+    @property
+    def heavy_tailed(self) -> bool:
+        """Whether the point estimate is a polynomial (heavy) tail, ``alpha < inf``."""
+        return math.isfinite(self.alpha)
 
     def finite_moment(self, p: float) -> bool:
         """Whether the interval puts ``p`` below the tail index (moment plausibly finite)."""
@@ -117,7 +124,20 @@ def hill(x: torch.Tensor, k: int | None = None, *, level: float = 0.95) -> TailE
         raise ValueError("the top order statistics are all tied: no tail to estimate")
     a = 1 / gamma
     half = z * a / math.sqrt(k)
-    return TailEstimate(a, max(a - half, 0.0), a + half, k, n, level, "hill")
+    return TailEstimate(a, max(a - half, 0.0), a + half, k, n, level, "hill", gamma)
+
+
+def _moment_variance(gamma: float) -> float:
+    r"""Asymptotic variance of :math:`\sqrt{k}(\hat\gamma - \gamma)` for the moment estimator.
+
+    :math:`1 + \gamma^2` for :math:`\gamma \ge 0` and
+    :math:`(1-\gamma)^2(1-2\gamma)(1-\gamma+6\gamma^2)/((1-3\gamma)(1-4\gamma))` for
+    :math:`\gamma < 0` (Dekkers, Einmahl and de Haan 1989, Theorem 3.1); both are 1 at 0.
+    """
+    if gamma >= 0:
+        return 1 + gamma * gamma
+    g = gamma
+    return (1 - g) ** 2 * (1 - 2 * g) * (1 - g + 6 * g * g) / ((1 - 3 * g) * (1 - 4 * g))
 
 
 def moment_estimator(x: torch.Tensor, k: int | None = None, *, level: float = 0.95) -> TailEstimate:
@@ -128,8 +148,12 @@ def moment_estimator(x: torch.Tensor, k: int | None = None, *, level: float = 0.
         M_j = \frac1k\sum_{i=1}^k \Big(\log\frac{X_{(i)}}{X_{(k+1)}}\Big)^j,\quad
         \hat a = 1/\hat\gamma,
 
-    with the interval :math:`\hat\gamma \pm z\sqrt{(1+\hat\gamma^2)/k}` mapped to
-    :math:`a`; an upper end is ``inf`` when the interval for :math:`\gamma` reaches 0.
+    with the interval :math:`\hat\gamma \pm z\,v(\hat\gamma)^{1/2}/\sqrt k` mapped to
+    :math:`a` (:func:`_moment_variance`). :math:`\hat\gamma` estimates the extreme-value
+    index of any law, not only of heavy tails: :math:`\hat\gamma \le 0` (Gaussian-like or
+    bounded tails) is an answer, "not heavy-tailed", returned as ``alpha = inf``
+    (``heavy_tailed`` False, every moment plausibly finite); ``gamma`` keeps the index. The
+    interval's ends are ``inf`` where the interval for :math:`\gamma` reaches 0 or below.
 
     Args:
         x: samples (flattened; non-finite entries dropped).
@@ -138,30 +162,47 @@ def moment_estimator(x: torch.Tensor, k: int | None = None, *, level: float = 0.
 
     Returns:
         A :class:`TailEstimate`.
+
+    Raises:
+        ValueError: bad ``k`` or ``level``, too few samples, or top order statistics that are
+            all tied (nothing to estimate).
+
+    Example:
+        >>> import torch
+        >>> u = torch.rand(20000, generator=torch.Generator().manual_seed(0))  # bounded tail
+        >>> e = moment_estimator(u)
+        >>> e.heavy_tailed, e.alpha, e.gamma < 0, e.finite_moment(4.0)
+        (False, inf, True, True)
     """
     z = _z(level)
     y, k, n = _log_excesses(x, k)
     m1, m2 = float(y.mean()), float((y * y).mean())
-    if m2 <= 0:
+    spread = 1 - m1 * m1 / m2 if m2 > 0 else 0.0
+    if spread <= 0:  # all log-excesses equal (Jensen: m1^2 <= m2, equality iff constant)
         raise ValueError("the top order statistics are all tied: no tail to estimate")
-    gamma = m1 + 1 - 0.5 / (1 - m1 * m1 / m2)
-    if gamma <= 0:
-        raise ValueError(
-            f"moment estimate of the extreme-value index is {gamma:.3g} <= 0: "
-            "the sample shows no polynomial (heavy) tail"
-        )
-    half = z * math.sqrt((1 + gamma * gamma) / k)
+    gamma = m1 + 1 - 0.5 / spread
+    half = z * math.sqrt(_moment_variance(gamma) / k)
     lo_g, hi_g = gamma - half, gamma + half
-    ci_high = math.inf if lo_g <= 0 else 1 / lo_g
-    return TailEstimate(1 / gamma, 1 / hi_g, ci_high, k, n, level, "moment")
+    alpha = 1 / gamma if gamma > 0 else math.inf
+    ci_low = 1 / hi_g if hi_g > 0 else math.inf
+    ci_high = 1 / lo_g if lo_g > 0 else math.inf
+    return TailEstimate(alpha, ci_low, ci_high, k, n, level, "moment", gamma)
 
 
 def estimate_tail_index(
     x: torch.Tensor, method: str = "hill", k: int | None = None, *, level: float = 0.95
 ) -> TailEstimate:
-    """Run the named estimator (``"hill"`` or ``"moment"``) on ``x``."""
+    """Run the named estimator (``"hill"``, ``"hill-rb"`` or ``"moment"``) on ``x``.
+
+    ``"hill-rb"`` is :func:`heavytail_sgd.tail_bias.hill_reduced_bias`, Hill with its drift in
+    ``k/n`` removed (the estimator to use below ~10^5 samples; see the README's table).
+    """
     if method == "hill":
         return hill(x, k, level=level)
+    if method == "hill-rb":
+        from .tail_bias import hill_reduced_bias  # it builds on this module
+
+        return hill_reduced_bias(x, k, level=level)
     if method == "moment":
         return moment_estimator(x, k, level=level)
-    raise ValueError(f"method must be 'hill' or 'moment', got {method!r}")
+    raise ValueError(f"method must be 'hill', 'hill-rb' or 'moment', got {method!r}")
