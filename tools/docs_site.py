@@ -17,6 +17,7 @@ with warnings as errors (``--strict``) in CI.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -63,6 +64,7 @@ plugins:
         python:
           paths: [{paths}]
           options:
+            extensions: ["{ext}:ExampleSections"]
             docstring_style: google
             show_source: false
             show_root_heading: true
@@ -111,6 +113,36 @@ def _copy_page(src: Path, dest: Path) -> None:
                 shutil.copyfile(img, out)
 
 
+def _exports(init: Path) -> list[str]:
+    """The names in a module's literal ``__all__`` (empty when it states none)."""
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            try:
+                return [str(v) for v in ast.literal_eval(node.value)]
+            except ValueError:
+                return []
+    return []
+
+
+def api_modules(src: Path, module: str) -> list[str]:
+    """The modules an API page renders: the package itself when its ``__init__`` exports the
+    API, else each public submodule (a package that only documents its subpackages, such as
+    shared-core, would otherwise render as an empty page). Experiments are not API."""
+    pkg = src / module
+    if [n for n in _exports(pkg / "__init__.py") if not n.startswith("__")]:
+        return [module]
+    children = sorted(
+        p.stem if p.suffix == ".py" else p.name
+        for p in pkg.iterdir()
+        if not p.name.startswith("_")
+        and p.name != "experiments"
+        and ((p.suffix == ".py") or (p / "__init__.py").is_file())
+    )
+    return [module, *(f"{module}.{c}" for c in children)]
+
+
 def assemble(out: Path = OUT) -> Path:
     """Write ``out/pages`` and ``out/mkdocs.yml``; return the config's path."""
     pages = out / "pages"
@@ -130,11 +162,14 @@ def assemble(out: Path = OUT) -> Path:
             nav.append(f"    - {title}: {m.dist}/docs/{rel.as_posix()}")
         if m.module:
             api = pages / m.dist / "api.md"
-            api.write_text(f"# {m.dist}: API reference\n\n::: {m.module}\n", encoding="utf-8")
+            blocks = "\n".join(f"::: {name}\n" for name in api_modules(folder / "src", m.module))
+            api.write_text(f"# {m.dist}: API reference\n\n{blocks}", encoding="utf-8")
             nav.append(f"    - API reference: {m.dist}/api.md")
     paths = ", ".join(f'"{(ROOT / m.path / "src").as_posix()}"' for m in library_members(ROOT))
     config = out / "mkdocs.yml"
-    config.write_text(MKDOCS_HEAD.format(paths=paths) + "nav:\n" + "\n".join(nav) + "\n")
+    ext = (ROOT / "tools" / "griffe_examples.py").as_posix()
+    head = MKDOCS_HEAD.format(paths=paths, ext=ext)
+    config.write_text(head + "nav:\n" + "\n".join(nav) + "\n")
     return config
 
 
