@@ -29,6 +29,7 @@ from diloco_ef import (
     PeerFailureError,
     RandomK,
     ScaledSign,
+    SharedScaleQuant,
     TopK,
     TorchDistCommunicator,
     init_distributed,
@@ -39,6 +40,8 @@ CONFIGS = {
     "topk": lambda: TopK(ratio=0.3),
     "randomk": lambda: RandomK(ratio=0.3),
     "qsgd": lambda: QSGD(bits=3, contractive=True),
+    # one MAX all-reduce of the scales, one int64 all-reduce of packed level sums
+    "shared4": lambda: SharedScaleQuant(bits=4),
     # all-gathers two factors per matrix and the biases' signs and scales; warm-started per rank
     "lowrank": lambda: LowRank(rank=1, fallback=ScaledSign()),
 }

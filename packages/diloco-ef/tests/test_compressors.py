@@ -45,7 +45,8 @@ def test_topk_equals_brute_force_sort(gen, d, k):
     ref[order] = x[order]
     assert torch.equal(out, ref)
     p = c.compress(x)
-    assert c.bits_sent(p) == k * (64 + max(1, math.ceil(math.log2(d))))
+    # k fixed-width indices, or a d-bit bitmap when shorter ((17, 5): 25 > 17; (101, 100))
+    assert c.bits_sent(p) == k * 64 + min(k * max(1, math.ceil(math.log2(d))), d)
     # Top-k closed form: alpha is the kept energy fraction, and at least k/d.
     alpha = contraction(x, out)
     assert alpha == pytest.approx(float(ref.pow(2).sum() / x.pow(2).sum()), rel=1e-12)
@@ -220,6 +221,32 @@ def test_approx_topk_falls_back_when_sample_underestimates(gen):
     # Without slack the sample under-shoots about half the time; the fallback keeps it exact.
     assert c.fallbacks > 0
     assert recalls == [1.0] * 40
+
+
+@pytest.mark.parametrize("nnz_over_k", [0.0, 0.37, 1.0, 1.13])
+def test_approx_topk_mostly_zero_input_skips_the_zero_threshold(gen, monkeypatch, nnz_over_k):
+    # Fewer nonzeros than (1 + slack) k: the sampled quantile is 0. The guard must select among
+    # the nonzeros (never call the threshold pass with t = 0, which keeps all d entries) and
+    # still return an exact top-k: the same kept magnitudes as a brute-force sort.
+    import diloco_ef.compressors as C
+
+    d, k = 30011, 173
+    nnz = round(nnz_over_k * k)
+    x = torch.zeros(d, dtype=torch.float64)
+    where = torch.randperm(d, generator=gen)[:nnz]
+    x[where] = torch.randn(nnz, generator=gen, dtype=torch.float64)
+    thresholds = []
+    real = C.threshold_select
+    monkeypatch.setattr(C, "threshold_select", lambda a, t: thresholds.append(t) or real(a, t))
+    c = ApproxTopK(k=k, sample_size=4096)
+    p = c.compress(x, gen)
+    idx = p.sent["indices"]
+    assert thresholds == [] and c.fallbacks == 0
+    assert idx.numel() == k and idx.unique().numel() == k
+    kept = x[idx].abs().sort(descending=True).values
+    torch.testing.assert_close(kept, x.abs().sort(descending=True).values[:k], rtol=0, atol=0)
+    assert torch.equal(c.decompress(p), TopK(k=k)(x))  # when nnz <= k both equal x itself
+    assert contraction(x, c.decompress(p)) == (1.0 if nnz <= k else contraction(x, TopK(k=k)(x)))
 
 
 def test_approx_topk_unrefined_reports_recall(gen):

@@ -14,7 +14,14 @@ Example:
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .algorithms import LA, DiLoCo, local_step_size, local_step_size_schedule, sla
+from .algorithms import (
+    LA,
+    DiLoCo,
+    NonFiniteRoundError,
+    local_step_size,
+    local_step_size_schedule,
+    sla,
+)
 from .comm import (
     Communicator,
     LocalCommunicator,
@@ -40,6 +47,9 @@ from .compressors import (
     topk_recall,
 )
 from .error_feedback import EFSGD, ErrorFeedback, Sent
+from .hook import DiLoCoHook
+from .shared_scale import SharedScaleQuant
+from .wire import ByteMeter
 
 try:
     __version__ = version("diloco-ef")
@@ -52,19 +62,23 @@ __all__ = [
     "QSGD",
     "AbsmaxQuant",
     "ApproxTopK",
+    "ByteMeter",
     "Communicator",
     "Compressor",
     "DiLoCo",
+    "DiLoCoHook",
     "ErrorFeedback",
     "Identity",
     "Int8Absmax",
     "LocalCommunicator",
     "LowRank",
+    "NonFiniteRoundError",
     "Payload",
     "PeerFailureError",
     "RandomK",
     "ScaledSign",
     "Sent",
+    "SharedScaleQuant",
     "TopK",
     "TorchDistCommunicator",
     "__version__",

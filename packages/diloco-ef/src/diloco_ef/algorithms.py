@@ -23,6 +23,7 @@ With :math:`H = 1`, inner SGD and outer SGD with learning rate 1, :math:`\bar\De
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -35,7 +36,24 @@ from .comm import Communicator, LocalCommunicator
 from .compressors import ApproxTopK, Compressor
 from .error_feedback import ErrorFeedback
 
-__all__ = ["LA", "DiLoCo", "local_step_size", "local_step_size_schedule", "sla"]
+__all__ = [
+    "LA",
+    "DiLoCo",
+    "NonFiniteRoundError",
+    "local_step_size",
+    "local_step_size_schedule",
+    "sla",
+]
+
+_log = logging.getLogger("diloco_ef")
+
+#: settings a checkpoint must share with the run that loads it
+_CHECKPOINT_FIELDS = ("world_size", "inner_steps", "compressor", "error_feedback", "parameters")
+
+
+class NonFiniteRoundError(FloatingPointError):
+    """A round produced a non-finite loss or pseudo-gradient on some worker; it was rolled back."""
+
 
 OptimizerFactory = Callable[[list[Tensor]], torch.optim.Optimizer]
 #: ``loss_fn(model, worker_id, round, inner_step) -> scalar loss``
@@ -212,13 +230,29 @@ class DiLoCo:
         compressor: compress pseudo-gradients (None: plain DiLoCo, dense average).
         error_feedback: keep per-worker error buffers (DiLoCo-EF); False sends C(Δ) directly.
         inner_lr: optional ``round -> lr`` applied to every inner param group at each round
-            start (e.g. :func:`local_step_size_schedule`).
-        seed: base seed of the compressors' randomness.
+            start (e.g. :func:`local_step_size_schedule`); a value that is not a finite number
+            >= 0 raises ``ValueError`` before the round changes anything.
+        seed: base seed of the compressors' randomness (must be equal on all ranks).
+        on_nonfinite: what a round does when any worker's mean inner loss or pseudo-gradient
+            is not finite (checked collectively, before error buffers or the outer state
+            change): it is rolled back (replicas, their buffers and inner optimizer states back
+            to the round's start) and then ``"raise"`` raises :class:`NonFiniteRoundError`
+            (the round can be retried), ``"skip"`` logs a warning, records the round with
+            ``skipped = 1`` and moves on to the next one.
+
+    Start-up agreement: on a process group the constructor checks that all ranks share the
+    settings in :meth:`fingerprint` (``ValueError`` naming the first field that differs) and
+    then broadcasts rank 0's parameters and buffers, so replicas built without a common seed
+    start equal; :meth:`load_state_dict` re-checks and broadcasts rank 0's outer parameters and
+    outer optimizer state.
 
     Attributes:
         history: one dict per round: ``round``, ``loss`` (mean over local workers and inner
-            steps), ``bits`` (sent by the local workers), ``alpha`` (contraction factor over all
-            tensors and local workers; 1 without compression).
+            steps), ``bits`` (the message size: bits of the local workers' payloads), ``alpha``
+            (contraction factor over all tensors and local workers; 1 without compression),
+            ``skipped`` (1 for a rolled-back round), and the exchange measured by the
+            communicator's meter for one rank: ``bytes_handed`` (given to the collectives),
+            ``bytes_sent`` and ``bytes_received`` (the traffic those collectives cause).
 
     Example:
         >>> torch.manual_seed(0) and None
@@ -247,8 +281,11 @@ class DiLoCo:
         error_feedback: bool = True,
         inner_lr: Callable[[int], float] | None = None,
         seed: int = 0,
+        on_nonfinite: str = "raise",
     ):
         _check_pos_int(inner_steps, "inner_steps")
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.comm = communicator if communicator is not None else LocalCommunicator(num_workers)
         n_local = len(self.comm.worker_ids)
         if isinstance(model, nn.Module):
@@ -266,7 +303,6 @@ class DiLoCo:
             theirs = [tuple(p.shape) for p in m.parameters()]
             if theirs != shapes:
                 raise ValueError(f"replica {i} has parameter shapes {theirs}, replica 0 {shapes}")
-        self.comm.check_shapes(shapes)
         if compressor is not None and not isinstance(compressor, Compressor):
             raise ValueError(f"compressor must be a Compressor or None, got {compressor!r}")
         if isinstance(compressor, ApproxTopK) and not compressor.refine:
@@ -275,14 +311,24 @@ class DiLoCo:
         self.inner_steps = inner_steps
         self.inner_lr = inner_lr
         self.seed = int(seed)
-        with torch.no_grad():
-            src = list(self.replicas[0].parameters())
-            for m in self.replicas[1:]:
-                for p, q in zip(m.parameters(), src, strict=True):
-                    p.copy_(q)
+        self.on_nonfinite = on_nonfinite
+        self.error_feedback = bool(error_feedback)
+        src = list(self.replicas[0].parameters())
         self.outer_params = [p.detach().clone().requires_grad_(True) for p in src]
         self.outer_opt = outer(self.outer_params)
         self.inner_opts = [inner(list(m.parameters())) for m in self.replicas]
+        # Agree on the settings first: a broadcast between mismatched shapes would fail or hang.
+        self.comm.check_agreement(self.fingerprint())
+        first = self.replicas[0]
+        self.comm.broadcast_(list(first.parameters()) + list(first.buffers()))
+        with torch.no_grad():
+            for x, p in zip(self.outer_params, first.parameters(), strict=True):
+                x.copy_(p)
+            for m in self.replicas[1:]:
+                for p, q in zip(m.parameters(), first.parameters(), strict=True):
+                    p.copy_(q)
+                for b, c in zip(m.buffers(), first.buffers(), strict=True):
+                    b.copy_(c)
         self.ef = [
             ErrorFeedback(compressor, enabled=error_feedback) if compressor is not None else None
             for _ in self.replicas
@@ -295,10 +341,42 @@ class DiLoCo:
         """The first local replica (holds the outer parameters after each round)."""
         return self.replicas[0]
 
-    def _inner_phase(self, w: int, loss_fn: LossFn) -> float:
+    def fingerprint(self) -> dict[str, str]:
+        """The settings every rank must share, as strings: world size, H, the compressor and
+        its parameters, error feedback, seed, the non-finite policy, parameter and buffer
+        names, shapes and dtypes, the optimizers' types and the outer hyperparameters."""
+        m = self.replicas[0]
+        outer_groups = [
+            {k: v for k, v in g.items() if k != "params"} for g in self.outer_opt.param_groups
+        ]
+        return {
+            "world_size": str(self.comm.world_size),
+            "inner_steps": str(self.inner_steps),
+            "compressor": "None" if self.compressor is None else self.compressor.config(),
+            "error_feedback": str(self.error_feedback),
+            "seed": str(self.seed),
+            "on_nonfinite": self.on_nonfinite,
+            "parameters": repr([(n, tuple(p.shape), p.dtype) for n, p in m.named_parameters()]),
+            "buffers": repr([(n, tuple(b.shape), b.dtype) for n, b in m.named_buffers()]),
+            "inner_optimizer": type(self.inner_opts[0]).__name__,
+            "outer_optimizer": f"{type(self.outer_opt).__name__}{outer_groups!r}",
+            "inner_lr schedule": "none" if self.inner_lr is None else "given",
+        }
+
+    def _scheduled_lr(self) -> float | None:
+        if self.inner_lr is None:
+            return None
+        lr = self.inner_lr(self.rounds_done)
+        ok = isinstance(lr, (int, float)) and not isinstance(lr, bool)
+        if not ok or not math.isfinite(lr) or lr < 0:
+            raise ValueError(
+                f"inner_lr({self.rounds_done}) returned {lr!r}; it must be a finite number >= 0"
+            )
+        return float(lr)
+
+    def _inner_phase(self, w: int, loss_fn: LossFn, lr: float | None) -> float:
         model, opt, wid = self.replicas[w], self.inner_opts[w], self.comm.worker_ids[w]
-        if self.inner_lr is not None:
-            lr = float(self.inner_lr(self.rounds_done))
+        if lr is not None:
             for g in opt.param_groups:
                 g["lr"] = lr
         total = 0.0
@@ -313,28 +391,79 @@ class DiLoCo:
             total += float(opt.step(closure).detach())
         return total / self.inner_steps
 
-    def round(self, loss_fn: LossFn) -> dict[str, float]:
-        """Run one round: H inner steps per local worker, one exchange, one outer step."""
-        losses = [self._inner_phase(w, loss_fn) for w in range(len(self.replicas))]
-        bits, sq_in, sq_err = 0, 0.0, 0.0
-        averaged: list[Tensor] = []
+    def _snapshot(self) -> list[tuple[dict[str, Any], list[Tensor]]]:
+        # What an inner phase changes besides the parameters (which restart from the outer
+        # iterate): each worker's inner optimizer state and its module buffers.
+        return [
+            (copy.deepcopy(o.state_dict()), [b.detach().clone() for b in m.buffers()])
+            for o, m in zip(self.inner_opts, self.replicas, strict=True)
+        ]
+
+    def _rollback(self, snap: list[tuple[dict[str, Any], list[Tensor]]]) -> None:
         with torch.no_grad():
-            inner_params = [list(m.parameters()) for m in self.replicas]
-            for i, x in enumerate(self.outer_params):
-                deltas = [x.detach() - ps[i].detach() for ps in inner_params]
-                if self.compressor is None:
-                    averaged.append(self.comm.average_dense(deltas))
-                    bits += sum(d.numel() * torch.finfo(d.dtype).bits for d in deltas)
-                    continue
+            for m, o, (state, bufs) in zip(self.replicas, self.inner_opts, snap, strict=True):
+                for p, x in zip(m.parameters(), self.outer_params, strict=True):
+                    p.copy_(x)
+                for b, v in zip(m.buffers(), bufs, strict=True):
+                    b.copy_(v)
+                o.load_state_dict(state)
+
+    def round(self, loss_fn: LossFn) -> dict[str, float]:
+        """Run one round: H inner steps per local worker, one exchange, one outer step.
+
+        The round is a transaction: nothing outside the inner replicas changes until every
+        worker has reported a finite loss and pseudo-gradient; otherwise it is rolled back
+        (see ``on_nonfinite``).
+        """
+        lr = self._scheduled_lr()
+        snap = self._snapshot()
+        meter0 = self.comm.meter.totals()
+        losses = [self._inner_phase(w, loss_fn, lr) for w in range(len(self.replicas))]
+        return self._finish_round(losses, snap, meter0)
+
+    def _finish_round(
+        self,
+        losses: list[float] | None,
+        snap: list[tuple[dict[str, Any], list[Tensor]]],
+        meter0: dict[str, float],
+    ) -> dict[str, float]:
+        """Everything after the inner phases: the collective finiteness check, the exchange
+        and the outer step (or the rollback). ``losses`` None: not known (the hook API)."""
+        known = losses is not None
+        if losses is None:
+            losses = [math.nan] * len(self.replicas)
+        with torch.no_grad():
+            deltas = [
+                [x.detach() - p.detach() for x, p in zip(self.outer_params, ps, strict=True)]
+                for ps in (list(m.parameters()) for m in self.replicas)
+            ]
+            local_ok = [
+                (math.isfinite(loss) or not known)
+                and bool(torch.stack([d.isfinite().all() for d in ds]).all())
+                for loss, ds in zip(losses, deltas, strict=True)
+            ]
+            ok = self.comm.gather_flags(local_ok)
+            if not all(ok):
+                return self._abort(snap, ok, meter0)
+            bits, sq_in, sq_err = 0, 0.0, 0.0
+            if self.compressor is None:
+                averaged = self.comm.average_dense_bucket(deltas)
+                bits = sum(d.numel() * torch.finfo(d.dtype).bits for ds in deltas for d in ds)
+            else:
+                shared = self._shared_absmax(deltas)
                 payloads = []
-                for w, d in enumerate(deltas):
-                    gen = self._generator(i, self.comm.worker_ids[w])
-                    sent = self.ef[w].send(i, d, gen)
-                    payloads.append(sent.payload)
-                    bits += sent.bits
-                    sq_in += sent.sq_input
-                    sq_err += (1.0 - sent.alpha) * sent.sq_input
-                averaged.append(self.comm.average_payloads(self.compressor, payloads))
+                for w, ds in enumerate(deltas):
+                    mine = []
+                    for i, d in enumerate(ds):
+                        gen = self._generator(i, self.comm.worker_ids[w])
+                        kw = {} if shared is None else {"shared_absmax": shared[i]}
+                        sent = self.ef[w].send(i, d, gen, **kw)
+                        mine.append(sent.payload)
+                        bits += sent.bits
+                        sq_in += sent.sq_input
+                        sq_err += (1.0 - sent.alpha) * sent.sq_input
+                    payloads.append(mine)
+                averaged = self.comm.average_payloads_bucket(self.compressor, payloads)
             for x, g in zip(self.outer_params, averaged, strict=True):
                 x.grad = g
             self.outer_opt.step()
@@ -348,6 +477,44 @@ class DiLoCo:
             "loss": sum(losses) / len(losses),
             "bits": bits,
             "alpha": alpha,
+            "skipped": 0,
+            **self._traffic(meter0),
+        }
+        self.history.append(rec)
+        self.rounds_done += 1
+        return rec
+
+    def _shared_absmax(self, deltas: list[list[Tensor]]) -> Tensor | None:
+        # Compressors with a shared scale (SharedScaleQuant) need max_m |e_m + delta_m|_inf per
+        # tensor from all workers before anyone compresses: one all-reduce (MAX) of a vector.
+        if not getattr(self.compressor, "needs_shared_scale", False):
+            return None
+        local = [
+            torch.stack([ef.pending(i, d).abs().max().double() for i, d in enumerate(ds)])
+            for ef, ds in zip(self.ef, deltas, strict=True)
+        ]
+        return self.comm.max_bucket(local)
+
+    def _traffic(self, before: dict[str, float]) -> dict[str, float]:
+        now = self.comm.meter.totals()
+        return {f"bytes_{k}": now[k] - before[k] for k in ("handed", "sent", "received")}
+
+    def _abort(
+        self, snap: list[tuple[dict[str, Any], list[Tensor]]], ok: list[bool], meter0
+    ) -> dict[str, float]:
+        self._rollback(snap)
+        bad = [w for w, f in enumerate(ok) if not f]
+        what = f"round {self.rounds_done}: non-finite loss or pseudo-gradient on workers {bad}"
+        if self.on_nonfinite == "raise":
+            raise NonFiniteRoundError(what + "; the round was rolled back")
+        _log.warning("%s; round rolled back and skipped", what)
+        rec = {
+            "round": self.rounds_done,
+            "loss": math.nan,
+            "bits": 0,
+            "alpha": math.nan,
+            "skipped": 1,
+            **self._traffic(meter0),
         }
         self.history.append(rec)
         self.rounds_done += 1
@@ -364,6 +531,7 @@ class DiLoCo:
         """Everything needed to resume: replicas, inner/outer optimizers, EF buffers, counters,
         the torch CPU RNG state."""
         return {
+            "fingerprint": self.fingerprint(),
             "world_size": self.comm.world_size,
             "worker_ids": list(self.comm.worker_ids),
             "inner_steps": self.inner_steps,
@@ -379,7 +547,19 @@ class DiLoCo:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; refuses a different world size or worker layout."""
+        """Restore :meth:`state_dict`; refuses a checkpoint of another world size, worker
+        layout, H, compressor (or compressor settings), error-feedback setting or parameter
+        layout. On a process group all ranks must resume at the same round; rank 0's outer
+        parameters and outer optimizer state are then broadcast."""
+        theirs = state.get("fingerprint")
+        if theirs is not None:
+            mine = self.fingerprint()
+            for key in _CHECKPOINT_FIELDS:
+                if theirs.get(key) != mine[key]:
+                    raise ValueError(
+                        f"checkpoint was written with {key}={theirs.get(key)}, "
+                        f"this run has {key}={mine[key]}"
+                    )
         if state["world_size"] != self.comm.world_size:
             raise ValueError(
                 f"checkpoint was written with world_size={state['world_size']}, "
@@ -411,3 +591,10 @@ class DiLoCo:
         self.seed = int(state["seed"])
         self.history = [dict(h) for h in state["history"]]
         torch.set_rng_state(state["torch_rng"])
+        self.comm.check_agreement({**self.fingerprint(), "rounds_done": str(self.rounds_done)})
+        self.comm.broadcast_(self.outer_params)
+        self.outer_opt.load_state_dict(self.comm.broadcast_object(self.outer_opt.state_dict()))
+        with torch.no_grad():
+            for m in self.replicas:
+                for p, x in zip(m.parameters(), self.outer_params, strict=True):
+                    p.copy_(x)

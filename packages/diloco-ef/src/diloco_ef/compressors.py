@@ -23,7 +23,8 @@ Closed forms the tests check:
 
 Bit accounting (:meth:`Compressor.bits_sent`) counts what a worker must transmit: values at
 their dtype's width, indices at the fixed width :math:`\lceil \log_2 d \rceil` (the shortest
-code that addresses every coordinate), quantization levels at their bit width plus one sign bit,
+code that addresses every coordinate) or as a :math:`d`-bit bitmap when that is shorter,
+quantization levels at their bit width plus one sign bit,
 and scalars (norms, scales) at the value dtype's width. Random-k sends no indices: every worker
 draws the same coordinates from a shared seed. Low-rank (:class:`LowRank`) sends its two factors,
 :math:`q(m+n)` values per :math:`m\times n` matrix at the factor dtype's width.
@@ -157,6 +158,24 @@ class Compressor(abc.ABC):
     @abc.abstractmethod
     def bits_sent(self, payload: Payload) -> int: ...
 
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        """Wire width of an integer field: ``(bits, offset)`` with ``value + offset`` in
+        ``[0, 2**bits)``, so :func:`diloco_ef.wire.encode` packs it; None: raw bytes."""
+        return None
+
+    #: attributes that change while running (counters) and are not part of the settings
+    _runtime_fields: frozenset[str] = frozenset()
+
+    def config(self) -> str:
+        """The settings as a string: equal strings compress alike (used to check that all
+        workers, and a checkpoint, use the same compressor)."""
+        fields = ", ".join(
+            f"{k}={v.config() if isinstance(v, Compressor) else repr(v)}"
+            for k, v in sorted(vars(self).items())
+            if not k.startswith("_") and k not in self._runtime_fields
+        )
+        return f"{type(self).__name__}({fields})"
+
     def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """``decompress(compress(x))``."""
         return self.decompress(self.compress(x, generator))
@@ -241,8 +260,12 @@ class TopK(_Sparsifier):
         return self._scatter(payload.sent["values"], payload.sent["indices"], payload)
 
     def bits_sent(self, payload: Payload) -> int:
-        k = payload.sent["values"].numel()
-        return k * (_value_bits(payload.dtype) + index_bits(payload.numel))
+        # Indices at fixed width, or a d-bit bitmap of the kept positions when that is shorter.
+        k, d = payload.sent["values"].numel(), payload.numel
+        return k * _value_bits(payload.dtype) + min(k * index_bits(d), d)
+
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        return (index_bits(payload.numel), 0) if name == "indices" else None
 
 
 class ApproxTopK(TopK):
@@ -295,6 +318,8 @@ class ApproxTopK(TopK):
         self.refine = bool(refine)
         self.fallbacks = 0
 
+    _runtime_fields = frozenset({"fallbacks"})
+
     def threshold(self, a: Tensor, k: int, generator: torch.Generator | None = None) -> float:
         """The sample estimate of the magnitude above which about ``(1+slack) k`` entries lie."""
         d = a.numel()
@@ -315,6 +340,11 @@ class ApproxTopK(TopK):
             idx = torch.topk(a, k, sorted=False).indices
             return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
         t = self.threshold(a, k, generator)
+        if t <= 0.0:
+            # Fewer than about (1+slack)k nonzeros: the sampled quantile is a zero and a
+            # threshold of 0 would keep every entry. The top-k then lies among the nonzeros.
+            idx = _topk_of_sparse(a, k)
+            return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
         # The op ``diloco_ef::threshold_select`` (Triton on CUDA): ascending indices of a >= t.
         cand = threshold_select(a, t)
         if cand.numel() >= k:
@@ -323,6 +353,21 @@ class ApproxTopK(TopK):
             self.fallbacks += 1
             idx = torch.topk(a, k, sorted=False).indices
         return Payload({"values": flat[idx].clone(), "indices": idx}, x.shape, x.dtype)
+
+
+def _topk_of_sparse(a: Tensor, k: int) -> Tensor:
+    """Indices of ``k`` largest entries of the magnitudes ``a`` (>= 0), found among its nonzeros.
+
+    With ``nnz >= k`` this is an exact top-k over the nonzeros only. With ``nnz < k`` every
+    nonzero belongs to the top-k and the remaining ``k - nnz`` places go to zeros (all tied);
+    the first ``k`` positions hold at most ``nnz`` nonzeros, hence at least ``k - nnz`` zeros,
+    so the filler is found in them without another pass over the whole tensor.
+    """
+    nz = torch.nonzero(a).reshape(-1)
+    if nz.numel() >= k:
+        return nz[torch.topk(a[nz], k, sorted=False).indices]
+    zeros = torch.nonzero(a[:k] == 0).reshape(-1)[: k - nz.numel()]
+    return torch.cat([nz, zeros])
 
 
 def topk_recall(x: Tensor, indices: Tensor, k: int) -> float:
@@ -476,6 +521,10 @@ class QSGD(Compressor):
     def bits_sent(self, payload: Payload) -> int:
         return payload.numel * (self.bits + 1) + _value_bits(payload.dtype)
 
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        # signed levels in [-(2^b - 1), 2^b - 1]: b magnitude bits and a sign
+        return (self.bits + 1, 2**self.bits) if name == "levels" else None
+
 
 class Int8Absmax(Compressor):
     r"""Deterministic int8 quantization with an absmax scale.
@@ -507,6 +556,9 @@ class Int8Absmax(Compressor):
 
     def bits_sent(self, payload: Payload) -> int:
         return payload.numel * 8 + _value_bits(payload.dtype)
+
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        return (8, 128) if name == "q" else None
 
 
 class AbsmaxQuant(Compressor):
@@ -561,6 +613,10 @@ class AbsmaxQuant(Compressor):
     def bits_sent(self, payload: Payload) -> int:
         return payload.numel * self.bits + _value_bits(payload.dtype)
 
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        # levels in [-s, s], s = 2^(b-1) - 1, shifted to [1, 2^b - 1]
+        return (self.bits, 2 ** (self.bits - 1)) if name == "q" else None
+
 
 class ScaledSign(Compressor):
     r"""1-bit compression: the signs and one scale, :math:`C(x) = \frac{\|x\|_1}{d}\,\sigma(x)`.
@@ -595,6 +651,9 @@ class ScaledSign(Compressor):
 
     def bits_sent(self, payload: Payload) -> int:
         return payload.numel + _value_bits(payload.dtype)
+
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        return (1, 0) if name == "signs" else None
 
 
 _FALLBACK = "fallback/"
@@ -748,3 +807,9 @@ class LowRank(Compressor):
         if inner is not None:
             return self.fallback.bits_sent(inner)
         return sum(t.numel() * _value_bits(t.dtype) for t in payload.sent.values())
+
+    def field_bits(self, name: str, payload: Payload) -> tuple[int, int] | None:
+        inner = self._fallback_payload(payload)
+        if inner is None or not name.startswith(_FALLBACK):
+            return None
+        return self.fallback.field_bits(name[len(_FALLBACK) :], inner)

@@ -81,19 +81,33 @@ class ErrorFeedback:
         #: warm-start factor); kept whether or not the error buffers are enabled.
         self.states: dict[Hashable, dict[str, Tensor]] = {}
 
-    def send(self, key: Hashable, u: Tensor, generator: torch.Generator | None = None) -> Sent:
-        """Compress ``u`` plus the buffered error of ``key``; update the buffer."""
+    def pending(self, key: Hashable, u: Tensor) -> Tensor:
+        """What :meth:`send` would compress: ``u`` plus the buffered error (nothing changes)."""
         u = u.detach()
         e = self.errors.get(key)
         if e is not None and e.shape != u.shape:
             raise ValueError(
                 f"error buffer {key!r} has shape {tuple(e.shape)}, input has {tuple(u.shape)}"
             )
-        v = u if e is None else e + u
+        return u if e is None else e + u
+
+    def send(
+        self,
+        key: Hashable,
+        u: Tensor,
+        generator: torch.Generator | None = None,
+        **compress_kw: Tensor,
+    ) -> Sent:
+        """Compress ``u`` plus the buffered error of ``key``; update the buffer.
+
+        ``compress_kw`` go to the compressor (e.g. the agreed ``shared_absmax`` of
+        :class:`~diloco_ef.shared_scale.SharedScaleQuant`)."""
+        v = self.pending(key, u)
         if self.compressor.stateful:
-            payload = self.compressor.compress(v, generator, state=self.states.setdefault(key, {}))
+            state = self.states.setdefault(key, {})
+            payload = self.compressor.compress(v, generator, state=state, **compress_kw)
         else:
-            payload = self.compressor.compress(v, generator)
+            payload = self.compressor.compress(v, generator, **compress_kw)
         s = self.compressor.decompress(payload)
         if self.enabled:
             self.errors[key] = v - s

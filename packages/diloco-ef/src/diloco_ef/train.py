@@ -21,7 +21,9 @@ All runs see ``--steps`` inner steps per worker, so they use the same samples. U
 the backend is gloo on CPU and NCCL on GPU (``--device``). The final loss is the mean squared
 error of the final (averaged) model on a held-out set shared by all workers; ``bytes`` is the
 total every worker sent (the package's bit accounting, summed over workers, / 8). Rank 0 prints
-one line and writes ``--out`` as JSON.
+one line and writes ``--out`` as JSON. ``wire_bytes_sent_per_rank`` is what the communicator's
+meter counted for one rank over the rounds (packed payloads and the per-round finiteness flags,
+the traffic of the collectives used; the same on every rank).
 """
 
 from __future__ import annotations
@@ -52,11 +54,12 @@ from .compressors import (
     ScaledSign,
     TopK,
 )
+from .shared_scale import SharedScaleQuant
 
 __all__ = ["main", "make_compressor", "make_task", "parse_args", "train"]
 
 ALGOS = ("ddp", "diloco", "diloco-ef")
-COMPRESSORS = ("topk", "approx-topk", "randomk", "qsgd", "int8", "absmax", "sign")
+COMPRESSORS = ("topk", "approx-topk", "randomk", "qsgd", "int8", "absmax", "shared", "sign")
 NOISE = 0.1
 
 
@@ -90,7 +93,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error(f"--steps ({a.steps}) must be a multiple of --inner-steps ({a.inner_steps})")
     if not 0 < a.ratio <= 1:
         p.error(f"--ratio must lie in (0, 1], got {a.ratio}")
-    if a.compressor == "absmax" and not 2 <= a.bits <= 8:
+    if a.compressor in ("absmax", "shared") and not 2 <= a.bits <= 8:
         p.error(f"--bits must lie in [2, 8] for absmax, got {a.bits}")
     return a
 
@@ -106,6 +109,7 @@ def make_compressor(args: argparse.Namespace) -> Compressor | None:
         "qsgd": lambda: QSGD(bits=args.bits, contractive=True),
         "int8": lambda: Int8Absmax(),
         "absmax": lambda: AbsmaxQuant(bits=args.bits),
+        "shared": lambda: SharedScaleQuant(bits=args.bits),
         "sign": lambda: ScaledSign(),
     }[args.compressor]()
 
@@ -211,6 +215,8 @@ def train(args: argparse.Namespace, distributed: bool) -> dict[str, Any]:
         "final_train_loss": float(train_loss.item()),
         "noise_floor": NOISE**2,
         "bytes": float(bits.item()) / 8.0,
+        "wire_bytes_handed_per_rank": sum(r["bytes_handed"] for r in algo.history),
+        "wire_bytes_sent_per_rank": sum(r["bytes_sent"] for r in algo.history),
         "mean_alpha": sum(alphas) / len(alphas),
         "seconds": seconds,
         "params": sum(p.numel() for p in model.parameters()),
@@ -231,7 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"{rec['algo']}{'/' + rec['compressor'] if rec['compressor'] else ''} "
                 f"workers={rec['world_size']} final_loss={rec['final_loss']:.6f} "
-                f"bytes={rec['bytes']:.0f} ({rec['seconds']:.1f} s)",
+                f"bytes={rec['bytes']:.0f} "
+                f"wire_sent_per_rank={rec['wire_bytes_sent_per_rank']:.0f} "
+                f"({rec['seconds']:.1f} s)",
                 flush=True,
             )
             if args.out is not None:

@@ -65,8 +65,9 @@ def spectra(
         start = [x.detach().clone() for x in algo.outer_params]
         rec: dict[str, Any] = {"round": r}
         # The inner phases of the round, then the same outer step DiLoCo.round takes.
+        lr = algo._scheduled_lr()
         for w in range(len(algo.replicas)):
-            algo._inner_phase(w, loss_fn)
+            algo._inner_phase(w, loss_fn, lr)
         for i, name in enumerate(names):
             if start[i].dim() < 2:
                 continue
