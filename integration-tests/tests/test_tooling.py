@@ -353,3 +353,11 @@ def test_the_readme_dashboard_is_regenerated_from_the_claims():
     block = body.split(bd.START, 1)[1].split(bd.END, 1)[0].strip()
     fresh = bd.table([bd.row(c, None) for c in bd.load_claims()])
     assert block == fresh, "run `python tools/bench_dashboard.py --write-readme`"
+
+
+def test_every_headline_experiment_states_its_rule():
+    # The report's claims table quotes each rule; a headline verdict without one is a defect.
+    from shared_core.experiment.repro import discover_all, stated_rule
+
+    missing = [e.name for e in discover_all() if e.headline and not stated_rule(e.module)]
+    assert not missing, f"headline experiments without a stated rule: {missing}"

@@ -127,7 +127,7 @@ def quick_estimate(module: str) -> float | None:
 
 _RULE_START = re.compile(
     r"^(?:[-*]\s*)?(?:the\s+)?(?:(?:verdict|pass)\s+)?(?:rules?|verdict)\b"
-    r"|^`{1,2}holds`{1,2}|^claims? checked",
+    r"|^`{1,2}holds`{1,2}|^holds\b|^claims? checked",
     re.IGNORECASE,
 )
 
@@ -146,9 +146,9 @@ def stated_rule(module: str, limit: int = 400) -> str | None:
     """The verdict rule an experiment module states in its docstring, on one line.
 
     The rule is the first paragraph (up to the next blank line) that starts with "Rule(s)",
-    "Verdict", "Pass rule", "``holds``" or "Claims checked", with the paragraph after it when
-    it ends in a colon (a heading for a list); it is cut at ``limit`` characters. ``None`` when the
-    module states none (or cannot be found).
+    "Verdict", "Pass rule", "Holds", "``holds``" or "Claims checked", with the paragraph after
+    it when it ends in a colon (a heading for a list); it is cut at ``limit`` characters.
+    ``None`` when the module states none (or cannot be found).
     """
     src = _module_source(module)
     doc = ast.get_docstring(ast.parse(src)) if src else None
