@@ -57,7 +57,7 @@ def main() -> None:
             grad_bound=0.0,
             lr_theta=1.0,
             loss_bound=1.0,
-            eta_q=g["eta_q"],
+            eta_q=opt.round_weights.eta,
             second_moment_sum=g["second_moment_sum"],
             bias_sum=g["bias_sum"],
             gamma_min=g["gamma_min"],

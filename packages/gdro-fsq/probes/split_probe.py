@@ -38,13 +38,13 @@ class Traced(GDROFSQ):
         return min(1.0, self.cap_scale * super()._step_cap(r))
 
     def _inclusion(self, r, t):
-        pi = super()._inclusion(r, t)
+        pi, weights = super()._inclusion(r, t)
         free = q_step_size(self.lr_q, self.n_groups, ADAPTIVE_V0 + self.game["var_obs"])
         tr = self.game.setdefault("trace", [0, 0])
         tr[0] += 1
-        tr[1] += int(self.game["eta_q"] < free * (1 - 1e-12))
+        tr[1] += int(weights.eta < free * (1 - 1e-12))
         self.game["eta_free"] = free
-        return pi
+        return pi, weights
 
 
 class NoCap(Traced):
@@ -59,10 +59,10 @@ class NormStep(Traced):
     """Diagnostic: the theta step on the observed gradient norms, K_t = sum_j |c_j g_j|^2/G^2
     (AdaGrad-norm proximal FTRL) instead of sum_j (c_j kappa_j)^2."""
 
-    def _update_theta(self, grads, t, k_prev):
-        sq = sum(float((g**2).sum()) for g in grads.values() if g is not None)
-        self.game["kappa_sq_sum"] = k_prev + max(sq / self.grad_bound**2, 1e-12)
-        super()._update_theta(grads, t, k_prev)
+    def _theta_sq(self, kappa, grads):
+        # (now the option theta_step="observed", without the floor)
+        sq = sum(float((g**2).sum()) for g in grads if g is not None)
+        return max(sq / self.grad_bound**2, 1e-12)
 
 
 def main() -> None:
@@ -106,7 +106,7 @@ def main() -> None:
             opt = holder["opt"]
             tr = opt.game.get("trace", [1, 0])
             binds.append(tr[1] / tr[0])
-            etas.append((opt.game["eta_q"], opt.game.get("eta_free", math.nan)))
+            etas.append((opt.round_weights.eta, opt.game.get("eta_free", math.nan)))
         se = statistics.stdev(gaps) / math.sqrt(len(gaps)) if len(gaps) > 1 else 0.0
         print(
             f"{which} m={m} N={budget} {name}: {statistics.mean(gaps):.4f} +- {se:.4f} "

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gdro_fsq.experiments import synthetic as syn
+from gdro_fsq.experiments import verdicts as verdicts_mod
 from gdro_fsq.optim import GDROFSQ, SMDFullInfo
 from gdro_fsq.oracle import gdro_optimum, make_grouped_logistic
 from gdro_fsq.schedules import ConstantSize
@@ -96,14 +97,46 @@ def test_equal_samples_test_picks_the_better_baseline():
         "1-sample": runs([1.0, 1.05, 0.95, 1.0]),
         "SMD m=10": runs([2.0, 2.0, 2.0, 2.0]),
     }
-    ok, out = syn.equal_samples_test(res, 10)
+    verdict, out = syn.equal_samples_test(res, 10)
     assert out["equal_samples_baseline"] == "1-sample"
     assert not out["equal_samples[FSQ r=2]_refuted"] and out["equal_samples[FSQ r=5]_refuted"]
-    assert not ok and out["ok_equal_samples"] is False
+    assert out["equal_samples[FSQ r=2]_verdict"] == "holds"  # upper bound 1.05 <= 1.1
+    assert out["equal_samples[FSQ r=5]_verdict"] == "does not hold"
+    assert verdict == "does not hold" and out["ok_equal_samples"] is False
     assert out["equal_samples[FSQ r=2]_point_rule"] and not out["equal_samples[FSQ r=5]_point_rule"]
+    assert "vs_adaptive_smd_verdict" not in out  # no such run: no reading
+    # not refuted, not shown: inconclusive, which is no longer a pass
     res["FSQ r=5"] = runs([1.2, 0.8, 1.1, 0.9])
-    ok, out = syn.equal_samples_test(res, 10)
-    assert ok and out["ok_equal_samples"] is True
+    verdict, out = syn.equal_samples_test(res, 10)
+    assert not out["equal_samples[FSQ r=5]_refuted"] and not out["equal_samples[FSQ r=5]_shown"]
+    assert verdict == "inconclusive" and out["ok_equal_samples"] is False
+    res["FSQ r=5"] = runs([0.5, 0.52, 0.49, 0.5])
+    verdict, out = syn.equal_samples_test(res, 10)
+    assert verdict == "holds" and out["ok_equal_samples"] is True
+    # the reading against SMD with the adaptive step, when that run is there
+    res["SMD m=10, adaptive q step"] = runs([0.5, 0.5, 0.5, 0.5])
+    verdict, out = syn.equal_samples_test(res, 10)
+    assert verdict == "holds"  # the reading does not enter the claim's verdict
+    assert out["vs_adaptive_smd_baseline"] == "SMD m=10, adaptive q step"
+    assert out["vs_adaptive_smd[FSQ r=2]_verdict"] == "does not hold"  # about 2x worse
+    assert out["vs_adaptive_smd[FSQ r=5]_verdict"] == "holds"
+    assert out["vs_adaptive_smd_verdict"] == "does not hold"
+
+
+@pytest.mark.parametrize(
+    ("tests", "want"),
+    [
+        ([(True, False), (False, False)], "does not hold"),
+        ([(False, True), (False, True)], "holds"),
+        ([(False, True), (False, False)], "inconclusive"),
+    ],
+)
+def test_three_valued_verdict_and_its_combination(tests, want):
+    verdicts = [verdicts_mod.verdict({"refuted": a, "shown": b}) for a, b in tests]
+    assert verdicts_mod.combine(verdicts) == want
+    # the experiment: any failed item fails it; an inconclusive claim leaves it inconclusive
+    assert syn.overall_verdict(want, [True, True]) == want
+    assert syn.overall_verdict(want, [True, False]) == "does not hold"
 
 
 def test_bound_holds_rule():

@@ -34,7 +34,7 @@ def _run(prob, seed, rounds, r, theta_step="kappa"):
         r = size(t)
         risks = prob.group_risks(w.detach())
         query = opt.plan(r)
-        q, eta, cw = opt.q, opt.game["eta_q"], opt.game["round_weight"]
+        q, eta, cw = opt.q, opt.round_weights.eta, opt.round_weights.c
         batch = sampler.sample(query.groups)
         losses = opt.step(lambda b=batch: prob.loss_fn([w], b)).double()
         est = torch.zeros(m, dtype=torch.float64)

@@ -110,7 +110,7 @@ def test_hand_computed_rounds(seed):
         torch.testing.assert_close(opt.q, q, rtol=1e-12, atol=1e-14)
         pi = water_fill(q, r)
         torch.testing.assert_close(query.pi, pi, rtol=1e-9, atol=1e-12)
-        assert opt.game["gamma"] == pytest.approx(gamma, rel=1e-12)
+        assert opt.round_weights.gamma == pytest.approx(gamma, rel=1e-12)
         batch = sampler.sample(query.groups)
         losses = opt.step(lambda b=batch: prob.loss_fn([w], b)).double()
         est = torch.zeros(m, dtype=torch.float64)
@@ -351,7 +351,7 @@ def test_monte_carlo_failure_rate_at_most_delta():
             grad_bound=0.0,
             lr_theta=1.0,
             loss_bound=1.0,
-            eta_q=g["eta_q"],
+            eta_q=opt.round_weights.eta,
             second_moment_sum=g["second_moment_sum"],
             bias_sum=g["bias_sum"],
             gamma_min=g["gamma_min"],

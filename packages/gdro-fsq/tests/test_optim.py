@@ -329,8 +329,8 @@ def test_proximal_ftrl_iterate_is_the_constrained_argmin(theta_step):
         r = 1 + (3 * t) % 5
         plan = opt.plan(r)
         # the round weight c_t (README, "Round weights"): 1 unless r is below the step's cap
-        cw = opt.game["round_weight"]
-        assert cw == pytest.approx(min(1.0, r / (2 * 5) / opt.game["eta_q"]), rel=1e-12)
+        cw = opt.round_weights.c
+        assert cw == pytest.approx(min(1.0, r / (2 * 5) / opt.round_weights.eta), rel=1e-12)
         batch = s.sample(plan.groups)
         kappas.append(cw * float((opt.q / plan.pi).topk(r).values.sum()))
         th = iterates[-1].clone().requires_grad_(True)
@@ -512,11 +512,14 @@ def test_importance_weighted_gradient_and_estimates_are_unbiased(r):
     torch.testing.assert_close(est, torch.ones(3), atol=0.05, rtol=0)
 
 
+@pytest.mark.parametrize("q_step", ["bound", "adaptive"])
 @pytest.mark.parametrize(("m", "radius"), [(4, None), (7, 0.25)])
-def test_r_equals_m_is_smd_with_ftrl_options_step_for_step(m, radius):
+def test_r_equals_m_is_smd_with_ftrl_options_step_for_step(m, radius, q_step):
     """GDRO-FSQ at r = m and SMDFullInfo(q_update="ftrl", theta_update="ftrl-prox") with the
-    same constants, generator seed and sampler: the same query sets, q, iterates and averages
-    in every round (the small radius makes the projection active)."""
+    same constants, ``q_step``, generator seed and sampler: the same query sets, q, iterates
+    and averages in every round (the small radius makes the projection active). With
+    ``q_step="adaptive"`` the two reach the observed variances by different code (GDRO-FSQ's
+    importance-weighted estimates at pi = 1, SMD's raw gains)."""
     prob = make_grouped_logistic(m, 3, 20, seed=m)
     runs = []
     for kind in ("fsq", "smd"):
@@ -524,7 +527,7 @@ def test_r_equals_m_is_smd_with_ftrl_options_step_for_step(m, radius):
         w = torch.full((3,), 0.4, dtype=torch.float64, requires_grad=True)
         if kind == "fsq":
             opt = GDROFSQ(
-                [w], prob.loss_fn, m, 3.0, lr_q=1.3, radius=radius, q_step="bound", generator=gen
+                [w], prob.loss_fn, m, 3.0, lr_q=1.3, radius=radius, q_step=q_step, generator=gen
             )
         else:
             opt = SMDFullInfo(
@@ -536,6 +539,7 @@ def test_r_equals_m_is_smd_with_ftrl_options_step_for_step(m, radius):
                 radius=radius,
                 q_update="ftrl",
                 theta_update="ftrl-prox",
+                q_step=q_step,
                 generator=gen,
             )
         s = prob.sampler(gen)
@@ -567,21 +571,33 @@ def test_smd_options_by_hand():
         "md": SMDFullInfo(w0(), _toy_loss, m, c_th, lr_q=c_q),
         "ftrl": SMDFullInfo(w0(), _toy_loss, m, c_th, lr_q=c_q, q_update="ftrl"),
         "horizon": SMDFullInfo(w0(), _toy_loss, m, c_th, lr_q=c_q, horizon=T),
+        "adaptive": SMDFullInfo(
+            w0(), _toy_loss, m, c_th, lr_q=c_q, q_update="ftrl", q_step="adaptive"
+        ),
     }
     a = A.tolist()
     for name, opt in opts.items():
         w = 0.5
         gains = []
         q = [1 / m] * m
+        x_obs = 0.0  # the adaptive step's X: the summed q-variances of the played gains
         for t in range(1, 5):
             if name == "ftrl":
                 # the FSQ step at r = m: variance proxy 1/4 per round, cap 1
                 eta = min(c_q * math.sqrt(math.log(m) / (t / 4)), 1.0)
                 q = _softmax([eta * sum(g[i] for g in gains) for i in range(m)])
+            elif name == "adaptive":  # GDRO-FSQ's step: v_0 = 1 plus the observed variances
+                eta = min(c_q * math.sqrt(math.log(m) / (1.0 + x_obs)), 1.0)
+                q = _softmax([eta * sum(g[i] for g in gains) for i in range(m)])
             losses = opt.round(_ToySampler())
             ref = torch.tensor([a[i] * w + C[i].item() for i in range(m)], dtype=torch.float64)
             torch.testing.assert_close(losses, ref)
             gains.append(losses.tolist())
+            if name == "adaptive":
+                torch.testing.assert_close(opt.q, torch.tensor(q, dtype=opt.q.dtype))
+                assert opt.round_weights.eta == pytest.approx(eta, rel=1e-12)
+                mean = sum(q[i] * gains[-1][i] for i in range(m))
+                x_obs += sum(q[i] * (gains[-1][i] - mean) ** 2 for i in range(m))
             grad = sum(q[i] * a[i] for i in range(m))
             step = c_th / math.sqrt(T) if name == "horizon" else c_th / math.sqrt(t)
             w = w - step * grad
@@ -596,7 +612,7 @@ def test_smd_options_by_hand():
             elif name == "horizon":
                 eta = c_q * math.sqrt(math.log(m) / T)
                 q = _softmax([eta * sum(g[i] for g in gains) for i in range(m)])
-            if name != "ftrl":
+            if name in ("md", "horizon"):
                 torch.testing.assert_close(opt.q, torch.tensor(q, dtype=opt.q.dtype))
     w = torch.tensor([0.5], requires_grad=True)
     with pytest.raises(ValueError, match="q_update"):
@@ -641,8 +657,8 @@ def test_adaptive_q_step_by_hand():
         assert gamma <= 0.5 + 1e-12
         theta_t = w.detach().clone()
         plan = opt.plan(r)
-        assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
-        assert opt.game["round_weight"] == pytest.approx(cw, rel=1e-12)
+        assert opt.round_weights.eta == pytest.approx(eta, rel=1e-12)
+        assert opt.round_weights.c == pytest.approx(cw, rel=1e-12)
         torch.testing.assert_close(opt.q, torch.tensor(q, dtype=torch.float64))
         pi = inclusion_probabilities(torch.tensor(q, dtype=torch.float64), r, gamma)
         torch.testing.assert_close(plan.pi, pi)
@@ -709,8 +725,8 @@ def test_step_cap_rules_and_round_weights(rule):
         eta = min(free, cap)
         cw = min(1.0, rho(r) / eta)
         plan = opt.plan(r)
-        assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
-        assert opt.game["round_weight"] == pytest.approx(cw, rel=1e-12)
+        assert opt.round_weights.eta == pytest.approx(eta, rel=1e-12)
+        assert opt.round_weights.c == pytest.approx(cw, rel=1e-12)
         assert bool((plan.pi >= cw * eta - 1e-12).all())
         opt.step(lambda p=plan: prob.loss_fn([w], s.sample(p.groups)))
         caps.append(cap)
@@ -750,9 +766,11 @@ def test_optimistic_bonus_by_hand():
     # round 1 by hand: q uniform, cap rho(2) = 1/4 < 0.9 sqrt(log 4), eta = 1/4, beta = 0.175,
     # c = 1/1.175, gamma = c eta (1 + beta) m / r = 1/2, a = 1/2 each, pi = 1/4 + 1/4 = 1/2
     plan = opt.plan(2)
-    assert opt.game["eta_q"] == pytest.approx(0.25) and opt.game["bonus"] == pytest.approx(0.175)
-    assert opt.game["round_weight"] == pytest.approx(1 / 1.175)
-    assert opt.game["gamma"] == pytest.approx(0.5)
+    assert opt.round_weights.eta == pytest.approx(
+        0.25
+    ) and opt.round_weights.bonus == pytest.approx(0.175)
+    assert opt.round_weights.c == pytest.approx(1 / 1.175)
+    assert opt.round_weights.gamma == pytest.approx(0.5)
     torch.testing.assert_close(plan.pi, torch.full((4,), 0.5, dtype=plan.pi.dtype))
     losses = opt.step(lambda: prob.loss_fn([w], s.sample(plan.groups))).double()
     want = torch.full((4,), 0.35 / 1.175, dtype=torch.float64)
@@ -777,9 +795,9 @@ def test_optimistic_bonus_by_hand():
         q = torch.tensor(q, dtype=torch.float64)
         pi = inclusion_probabilities(q, r, gamma).to(torch.float64)
         plan = opt.plan(r)
-        assert opt.game["eta_q"] == pytest.approx(eta, rel=1e-12)
-        assert opt.game["bonus"] == pytest.approx(beta, rel=1e-12)
-        assert opt.game["round_weight"] == pytest.approx(cw, rel=1e-12)
+        assert opt.round_weights.eta == pytest.approx(eta, rel=1e-12)
+        assert opt.round_weights.bonus == pytest.approx(beta, rel=1e-12)
+        assert opt.round_weights.c == pytest.approx(cw, rel=1e-12)
         torch.testing.assert_close(opt.q, q, rtol=1e-12, atol=1e-15)
         torch.testing.assert_close(plan.pi.to(torch.float64), pi, rtol=1e-12, atol=1e-15)
         losses = opt.step(lambda p=plan: prob.loss_fn([w], s.sample(p.groups))).double()

@@ -8,8 +8,10 @@ Example:
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .baselines import ERM, OneSampleBandit, SagawaGDRO, SMDFullInfo
 from .data import Batch, GroupSampler
-from .optim import ERM, GDROFSQ, GroupGame, OneSampleBandit, Query, SagawaGDRO, SMDFullInfo
+from .fsq import GDROFSQ
+from .game import GroupGame, Query, RoundWeights
 from .schedules import CallbackSize, ConstantSize, IncreasingSize, RandomSize, SizeSchedule
 
 try:
@@ -29,6 +31,7 @@ __all__ = [
     "OneSampleBandit",
     "Query",
     "RandomSize",
+    "RoundWeights",
     "SMDFullInfo",
     "SagawaGDRO",
     "SizeSchedule",

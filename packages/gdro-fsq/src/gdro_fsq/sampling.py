@@ -125,7 +125,7 @@ def second_moment_proxy(q: Tensor, pi: Tensor) -> float:
     :math:`c \in [0, 1]^m` and :math:`\hat c_i = c_i \mathbb 1[i\in S]/\pi_i`.
 
     For the FSQ design :math:`\pi = (1-\gamma)a(q, r) + \gamma r/m` it is at most :math:`m/r`
-    (README, "Why the variance is m/r"), with equality at uniform :math:`q`.
+    (docs/math.md, "Why the variance is m/r"), with equality at uniform :math:`q`.
 
     Example:
         >>> second_moment_proxy(torch.full((4,), 0.25), torch.full((4,), 0.5))
