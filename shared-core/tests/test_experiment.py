@@ -214,3 +214,18 @@ def test_plot_extra_names_the_package_own_extra(fake_metadata):
     assert plot_extra("imuon.image") == "imuon[experiments]"
     assert plot_extra("heavytail_sgd.rates") == "heavytail-sgd[plot]"
     assert plot_extra("not_a_package.x") == "matplotlib"
+
+
+def test_inconclusive_is_a_verdict_and_other_values_are_refused(tmp_path, capsys):
+    def with_holds(value):
+        return lambda ctx: ExperimentResult("t", "c", "s", {}, value)
+
+    out = tmp_path / "a"
+    assert run_experiment(with_holds("inconclusive"), name="x", argv=["--out", str(out)]) == 0
+    assert load_json(out / "result.json")["holds"] == "inconclusive"
+    assert "[inconclusive]" in capsys.readouterr().out
+    assert run_experiment(with_holds(np.bool_(True)), name="x", argv=["--out", str(out)]) == 0
+    assert load_json(out / "result.json")["holds"] is True
+    for bad in ("maybe", 1, 0.5):
+        with pytest.raises(ValueError, match="holds must be"):
+            run_experiment(with_holds(bad), name="x", argv=["--out", str(out)])

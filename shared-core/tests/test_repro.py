@@ -219,3 +219,11 @@ def test_stated_rule_reads_the_rule_paragraph_without_importing(tmp_path, monkey
     assert rule("rulepkg.c") is None and rule("no_such_pkg.x") is None
     long = rule("rulepkg.d")
     assert len(long) == 400 and long.endswith("…")
+
+
+def test_an_inconclusive_verdict_is_shown_as_such():
+    run = _run("b.one", "b", paper="P10", measured="ratio 1.05 [0.9, 1.2]", holds="inconclusive")
+    run["rule"] = "holds if the upper bound <= 1.1; refuted if the lower bound > 1.1"
+    text = render_index([run], mode="quick")
+    assert "| ratio 1.05 [0.9, 1.2] | inconclusive |" in text
+    assert "*Holds:* inconclusive" in text

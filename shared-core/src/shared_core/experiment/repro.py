@@ -221,7 +221,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-_VERDICT = {True: "yes", False: "**no**", None: "n/a"}
+_VERDICT = {True: "yes", False: "**no**", None: "n/a", "inconclusive": "inconclusive"}
 
 
 def _first_sentence(text: str) -> str:

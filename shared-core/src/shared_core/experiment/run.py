@@ -31,6 +31,7 @@ from .results import save_json
 from .seeding import seed_everything
 
 __all__ = [
+    "INCONCLUSIVE",
     "ExperimentResult",
     "RunContext",
     "check_plotting",
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 RESULT_FILE = "result.json"
+#: the verdict of a rule whose interval straddles its margin
+INCONCLUSIVE = "inconclusive"
 
 
 def make_run_dir(root: str | os.PathLike[str], name: str) -> Path:
@@ -79,7 +82,9 @@ class ExperimentResult:
         claim: the source paper's claim this experiment tests, in a sentence.
         summary: markdown: what was run and what was measured, with the numbers.
         metrics: the headline numbers, flat and JSON-ready.
-        holds: whether the measurement supports the claim (None: not a yes/no question).
+        holds: whether the measurement supports the claim: True, False, ``"inconclusive"``
+            (the rule's interval straddles its margin: neither shown nor refuted), or None (not a
+            yes/no question).
         plots: PNG file names inside the run folder.
         table: optional rows (dicts with the same keys) shown as a table in the report.
         paper: the source paper, e.g. ``"P03"`` (its id in the project's paper list); the
@@ -95,7 +100,7 @@ class ExperimentResult:
     claim: str
     summary: str
     metrics: dict[str, Any]
-    holds: bool | None
+    holds: bool | str | None
     plots: list[str] = field(default_factory=list)
     table: list[dict[str, Any]] | None = None
     paper: str | None = None
@@ -183,6 +188,12 @@ def run_experiment(
     seconds = time.perf_counter() - t0
     if not isinstance(result, ExperimentResult):
         raise TypeError(f"{name}: run() must return an ExperimentResult, got {type(result)!r}")
+    if getattr(getattr(result.holds, "dtype", None), "kind", None) == "b":  # a numpy verdict
+        result.holds = bool(result.holds)
+    if not (result.holds is None or isinstance(result.holds, bool) or result.holds == INCONCLUSIVE):
+        raise ValueError(
+            f"{name}: holds must be True, False, None or {INCONCLUSIVE!r}, got {result.holds!r}"
+        )
     missing = [p for p in result.plots if not (out_dir / p).is_file()]
     if missing:
         raise FileNotFoundError(f"{name}: plots listed but not written in {out_dir}: {missing}")
@@ -191,6 +202,8 @@ def run_experiment(
         out_dir / RESULT_FILE,
         {"name": name, "mode": mode, "seed": args.seed, "seconds": seconds, **vars(result)},
     )
-    verdict = {True: "holds", False: "does NOT hold", None: "n/a"}[result.holds]
+    verdict = {True: "holds", False: "does NOT hold", None: "n/a", INCONCLUSIVE: "inconclusive"}[
+        result.holds
+    ]
     print(f"{name}: {result.title} [{verdict}] ({seconds:.1f} s) -> {out_dir / RESULT_FILE}")
     return 0
