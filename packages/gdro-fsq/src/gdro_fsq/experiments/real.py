@@ -65,7 +65,7 @@ from .synthetic import (
     overall_verdict,
     run_method,
 )
-from .verdicts import HOLDS, MARGIN, RULE, describe
+from .verdicts import HOLDS, MARGIN, NOT_HOLDS, RULE, describe
 
 #: Quick-mode wall seconds on a 2-core CPU: 64 s measured at load 1-2 before issue #19, plus
 #: the 8 runs of "SMD m=10, adaptive q step" it added (3.6% of the runs' time, measured from
@@ -248,7 +248,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         ),
         summary="\n".join(lines),
         metrics=metrics,
-        holds=verdict == HOLDS,
+        holds={HOLDS: True, NOT_HOLDS: False}.get(verdict, "inconclusive"),
         plots=plots,
         table=table,
         paper="P12",

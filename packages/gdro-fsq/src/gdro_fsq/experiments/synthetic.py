@@ -463,7 +463,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         ),
         summary="\n".join(lines),
         metrics=metrics,
-        holds=verdict == HOLDS,
+        holds={HOLDS: True, NOT_HOLDS: False}.get(verdict, "inconclusive"),
         plots=plots,
         table=table,
         paper="P12",
