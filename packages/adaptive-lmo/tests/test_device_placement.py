@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from adaptive_lmo import AdaptiveLMO, optim
+from adaptive_lmo import AdaptiveLMO, controller
 from adaptive_lmo.criterion import switch_gain
 from shared_core.testing import DefaultDeviceFactories
 
@@ -38,8 +38,8 @@ def _mode() -> DefaultDeviceFactories:
 )
 def test_step_makes_no_tensor_on_the_default_device(kw, monkeypatch):
     calls = []
-    real = optim.switch_gain
-    monkeypatch.setattr(optim, "switch_gain", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = controller.switch_gain
+    monkeypatch.setattr(controller, "switch_gain", lambda *a, **k: calls.append(1) or real(*a, **k))
     from adaptive_lmo.experiments import teacher_student as ts
 
     # the teacher-student student: its exponent moves off 0, so the switch test runs

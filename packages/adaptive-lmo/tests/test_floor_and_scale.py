@@ -76,7 +76,15 @@ def _one_step(floor, scale_grad, a=0.0, momentum=0.0, seed=0):
     """One AdaptiveLMO step on a float64 net whose loss is scaled by ``scale_grad``; returns
     the change of the hidden matrix and its gradient."""
     m = _net(seed).double()
-    opt = AdaptiveLMO(m, lr=0.1, momentum=momentum, exponent=a, direction_floor=floor, adamw_lr=0.0)
+    opt = AdaptiveLMO(
+        m,
+        lr=0.1,
+        momentum=momentum,
+        exponent=a,
+        direction_floor=floor,
+        adamw_lr=0.0,
+        adjust_lr_fn="unit",
+    )
     x = _rand((19, 5), seed + 1)
     y = _rand((19, 2), seed + 2)
     W0 = m[2].weight.detach().clone()

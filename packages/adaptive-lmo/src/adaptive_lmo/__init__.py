@@ -4,6 +4,8 @@
 - :func:`fractional_update`: :math:`U\\,\\mathrm{diag}(s^a)\\,V^\\top`, the SGD-to-Muon family.
 - :func:`choose_exponent`, :func:`surrogate_decrease`: the criterion and its surrogate.
 - :class:`ActivationCollector`: hook statistics (input rows; output-gradient rows for K-FAC).
+- :func:`find_head`: the output head read from a forward pass (routing).
+- :func:`sample_output_gradient`: sampled-target output gradients (the true Fisher).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -18,8 +20,10 @@ from .criterion import (
     surrogate_decrease,
     surrogate_exponent,
 )
+from .fisher import sample_output_gradient
 from .fractional import fractional_update, schatten_p, svd_factors
 from .optim import AdaptiveLMO
+from .routing import find_head
 from .stats import ActivationCollector
 
 try:
@@ -35,9 +39,11 @@ __all__ = [
     "choose_exponent",
     "curvature_along",
     "curvature_matrix",
+    "find_head",
     "fractional_update",
     "kfac_curvature",
     "loglog_exponent",
+    "sample_output_gradient",
     "schatten_p",
     "surrogate_decrease",
     "surrogate_exponent",

@@ -26,10 +26,23 @@ Three scalings (``scale=``):
     :math:`\Phi_a(G)/\max_i s_i^a`: every member has the polar factor's spectral norm 1, so
     no member steps further than the polar factor in any direction; ``a = 0`` is exactly Muon.
 
-Routes (``method=``): ``"svd"`` (exact; the factors can be returned for reuse by the
-criterion) and ``"iterative"`` (matmuls only, through
-:func:`shared_core.polar.spectral_power`; ``a = 0`` goes through
-:func:`shared_core.polar.msign`'s Newton-Schulz, the routine a Muon step would use).
+Routes (``method=``):
+
+``"auto"`` (the optimizer's default)
+    ``a = 0`` without precomputed factors: five bfloat16 Newton-Schulz steps with Muon's
+    quintic (:func:`shared_core.polar.msign`, table ``"muon"``), the routine and the cost of
+    ``torch.optim.Muon``; float64 input goes to the exact SVD instead (bfloat16 would throw its
+    precision away). Every other case is the ``"svd"`` route.
+``"svd"``
+    Exact; the factors can be returned for reuse by the criterion. Singular values at or
+    below msign's numerical-rank cut-off ``max(m, n) * eps * s_max``
+    (:func:`shared_core.polar.default_rtol`, :func:`shared_core.polar.significant`) map to 0
+    for every ``a``, so a rank-``r`` direction gives a rank-``r`` step as ``msign`` does.
+``"iterative"``
+    Matmuls only, through :func:`shared_core.polar.spectral_power`; ``a = 0`` goes through
+    msign's Newton-Schulz. The square-root iteration needs a full-rank, moderately conditioned
+    direction; where it does not converge the SVD route is taken instead
+    (:func:`fractional_update` reports it through ``fell_back``).
 
 Example:
     >>> import torch
@@ -49,6 +62,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from shared_core.lmo import dual_exponent
 from shared_core.polar import default_rtol, msign, significant, spectral_power
 
 __all__ = [
@@ -57,13 +71,16 @@ __all__ = [
     "SVDFactors",
     "check_exponent",
     "fractional_update",
+    "lmo_direction",
     "power_weights",
     "schatten_p",
     "svd_factors",
 ]
 
 SCALES = ("none", "polar", "spectral")
-METHODS = ("svd", "iterative")
+METHODS = ("auto", "svd", "iterative")
+#: torch.optim.Muon's polar routine: Muon's quintic, 5 steps, bfloat16.
+NS_TABLE, NS_STEPS, NS_DTYPE = "muon", 5, torch.bfloat16
 
 
 @dataclass(frozen=True)
@@ -90,8 +107,8 @@ def check_exponent(a: object, what: str = "exponent") -> float:
 
 def schatten_p(a: float) -> float:
     r"""The Schatten :math:`p = (1 + a)/a` whose LMO is :math:`\Phi_a` up to scale (inf at 0)."""
-    a = check_exponent(a)
-    return math.inf if a == 0.0 else (1.0 + a) / a
+    # Hölder: Phi_a has dual exponent q = 1 + a, so p is q's conjugate (shared_core's rule)
+    return dual_exponent(1.0 + check_exponent(a))
 
 
 def _compute_dtype(G: Tensor) -> torch.dtype:
@@ -130,15 +147,18 @@ def fractional_update(
     method: str = "svd",
     scale: str = "polar",
     factors: SVDFactors | None = None,
+    check_finite: bool = True,
 ) -> Tensor:
     r"""The family member :math:`\Phi_a(G) = U\,\mathrm{diag}(s^a)\,V^\top`, scaled by ``scale``.
 
     Args:
         G: ``(..., m, n)`` floating tensor (leading dims are a batch, e.g. MoE experts).
         a: exponent in [0, 1]: 1 is ``G`` (SGD), 0 the polar factor (Muon).
-        method: ``"svd"`` or ``"iterative"`` (module docstring).
+        method: ``"auto"``, ``"svd"`` or ``"iterative"`` (module docstring).
         scale: ``"none"``, ``"polar"`` or ``"spectral"`` (module docstring).
-        factors: a precomputed thin SVD of ``G`` to reuse (``"svd"`` only).
+        factors: a precomputed thin SVD of ``G`` to reuse (taken by every route).
+        check_finite: raise on NaN/inf in ``G`` (a host sync; the optimizer checks all
+            gradients of a step at once instead and passes False).
 
     Returns:
         Shaped like ``G``, in float32 (float64 for float64 input).
@@ -152,6 +172,30 @@ def fractional_update(
         tensor([[2., 0.],
                 [0., 1.]])
     """
+    return lmo_direction(
+        G, a, method=method, scale=scale, factors=factors, check_finite=check_finite
+    )[0]
+
+
+def _rescale(P: Tensor, scale: str, k: int) -> Tensor:
+    """``P`` scaled to the polar factor's Frobenius norm sqrt(k) or spectral norm 1."""
+    if scale == "polar":
+        fro = torch.linalg.vector_norm(P, dim=(-2, -1), keepdim=True)
+        return P * torch.where(fro > 0, math.sqrt(k) / fro.clamp_min(1e-300), 0.0)
+    top = torch.linalg.matrix_norm(P, ord=2, keepdim=True)
+    return P * torch.where(top > 0, 1.0 / top.clamp_min(1e-300), 0.0)
+
+
+def lmo_direction(
+    G: Tensor,
+    a: float,
+    *,
+    method: str = "svd",
+    scale: str = "polar",
+    factors: SVDFactors | None = None,
+    check_finite: bool = True,
+) -> tuple[Tensor, bool]:
+    """:func:`fractional_update`, and whether the iterative route fell back to the SVD."""
     a = check_exponent(a)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
@@ -161,31 +205,29 @@ def fractional_update(
         raise ValueError(f"G must be a floating tensor of shape (..., m, n), got {G!r:.60}")
     cd = _compute_dtype(G)
     X = G.to(cd)
-    if factors is None and not bool(torch.isfinite(X).all()):
+    if check_finite and factors is None and not bool(torch.isfinite(X).all()):
         raise ValueError("fractional_update got a non-finite direction (NaN or inf)")
     m, n = X.shape[-2:]
     if min(m, n) == 0:
-        return torch.zeros_like(X)
+        return torch.zeros_like(X), False
     if a == 1.0:
         if scale == "none":
-            return X.clone()
-        if scale == "spectral":
-            top = torch.linalg.matrix_norm(X, ord=2, keepdim=True)
-            return X * torch.where(top > 0, 1.0 / top.clamp_min(1e-300), 0.0)
-        fro = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
-        return X * torch.where(fro > 0, math.sqrt(min(m, n)) / fro.clamp_min(1e-300), 0.0)
-    if method == "iterative":
-        if a == 0.0:
-            return msign(X, check_finite=False).to(cd)
-        P = spectral_power(X, a, method="iterative", dtype=cd, check_finite=False)
-        if scale == "polar":
-            fro = torch.linalg.vector_norm(P, dim=(-2, -1), keepdim=True)
-            return P * torch.where(fro > 0, math.sqrt(min(m, n)) / fro.clamp_min(1e-300), 0.0)
-        if scale == "spectral":
-            top = torch.linalg.matrix_norm(P, ord=2, keepdim=True)
-            return P * torch.where(top > 0, 1.0 / top.clamp_min(1e-300), 0.0)
-        fro_g = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
-        return P * fro_g.pow(a)
+            return X.clone(), False
+        return _rescale(X, scale, min(m, n)), False
+    if factors is None and a == 0.0 and method != "svd" and cd != torch.float64:
+        # Muon's own routine (scale is moot at a = 0: every scale leaves U V^T as it is)
+        Q = msign(X, NS_TABLE, steps=NS_STEPS, dtype=NS_DTYPE, check_finite=False)
+        return Q.to(cd), False
+    fell_back = False
+    if factors is None and method == "iterative":
+        try:
+            P = spectral_power(X, a, method="iterative", dtype=cd, check_finite=False)
+        except ValueError:  # rank-deficient or too ill-conditioned: the exact route below
+            fell_back = True
+        else:
+            if scale == "none":
+                return P * torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True).pow(a), False
+            return _rescale(P, scale, min(m, n)), False
     f = factors if factors is not None else svd_factors(X)
     w = power_weights(f.s, a, scale, rtol=default_rtol(m, n, f.s.dtype))
-    return (f.U * w.unsqueeze(-2)) @ f.Vh
+    return (f.U * w.unsqueeze(-2)) @ f.Vh, fell_back

@@ -15,13 +15,15 @@ gradient :math:`g_t`:
 with :math:`\Phi_a(P) = U\mathrm{diag}(s^a)V^\top`
 (:func:`adaptive_lmo.fractional.fractional_update`,
 ``scale="none"`` or ``"polar"``), :math:`\rho` the optional shape factor ``adjust_lr_fn`` and
-:math:`\beta_1` = ``momentum``. The four corners (``scale="none"``):
+:math:`\beta_1` = ``momentum``. The four corners (``scale="none"``; ``adjust_lr_fn="unit"``
+for non-square layers; at a = 0 ``method="svd"`` gives the exact polar factor, the default
+``"auto"`` torch.optim.Muon's bf16 Newton-Schulz, i.e. torch's own Muon step):
 
 =====================  =========  =======================================================
 precondition           a          the update is exactly
 =====================  =========  =======================================================
 None                   1          SGD with momentum (``torch.optim.SGD``, dampening 0)
-None                   0          Muon with the exact polar factor
+None                   0          Muon (exact polar factor, or torch's Newton-Schulz)
 "adam"                 1          Adam (``torch.optim.Adam``; AdamW with weight decay)
 "adam"                 0          MuAdam: :math:`W \leftarrow W - \gamma\,\mathrm{msign}(P_t)`
 =====================  =========  =======================================================
@@ -52,118 +54,37 @@ Example:
 
 from __future__ import annotations
 
-import math
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .criterion import (
-    RULES,
-    alignment,
-    choose_exponent,
-    curvature_along,
-    curvature_matrix,
-    ledoit_wolf_shrinkage,
-    row_moments,
-    shrink_to_identity,
-    switch_gain,
-    t_quantile,
-)
-from .fractional import METHODS, SCALES, check_exponent, fractional_update, schatten_p, svd_factors
-from .routing import VIEWS, matrix_shape, scan_module
+from .controller import ExponentController
+from .fisher import FISHER_LOSSES, sample_output_gradient
+from .fractional import lmo_direction, schatten_p
+from .groups import groups_from_params, split_fixed
+from .moments import adamw_update, any_nonfinite, direction, nonfinite_names
+from .options import NONFINITE, adjust_lr_factor, validate_adamw, validate_lmo
+from .routing import matrix_shape, scan_module
 from .stats import ActivationCollector
 
 __all__ = ["AdaptiveLMO"]
 
-PRECONDITIONERS = (None, "adam")
-STATS = ("same_batch", "next_batch")
-CURVATURES = ("input", "kfac")
-SHRINKAGES = ("ledoit_wolf", "none")
-ADJUST_LR = (None, "original", "match_rms_adamw", "spectral_unclamped")
 
-
-def _adjust(fn: str | None, shape: tuple[int, ...]) -> float:
-    A, B = shape[-2], shape[-1]
-    if fn is None:
-        return 1.0
-    if fn == "original":
-        return math.sqrt(max(1.0, A / B))
-    if fn == "match_rms_adamw":
-        return 0.2 * math.sqrt(max(A, B))
-    return math.sqrt(A / B)
-
-
-def _check_nonneg(name: str, v: object, upper: float | None = None, strict: bool = False) -> None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    ok = ok and (v > 0 if strict else v >= 0) and (upper is None or v < upper)
-    if not ok:
-        rng = f"{'(' if strict else '['}0, {upper if upper is not None else 'inf'})"
-        raise ValueError(f"{name} must be a finite number in {rng}, got {v!r}")
-
-
-def _validate_lmo(g: dict[str, Any]) -> None:
-    _check_nonneg("lr", g["lr"])
-    _check_nonneg("momentum", g["momentum"], 1.0)
-    _check_nonneg("beta2", g["beta2"], 1.0)
-    _check_nonneg("eps", g["eps"])
-    _check_nonneg("weight_decay", g["weight_decay"])
-    _check_nonneg("direction_floor", g.get("direction_floor", 0.0))
-    if g["precondition"] not in PRECONDITIONERS:
-        raise ValueError(f"precondition must be None or 'adam', got {g['precondition']!r}")
-    if g["exponent"] != "auto":
-        g["exponent"] = check_exponent(g["exponent"], "exponent (or 'auto')")
-    g["fallback_exponent"] = check_exponent(g["fallback_exponent"], "fallback_exponent")
-    ue = g["update_every"]
-    if isinstance(ue, bool) or not isinstance(ue, int) or ue < 1:
-        raise ValueError(f"update_every must be a positive int, got {ue!r}")
-    if g["criterion"] not in RULES:
-        raise ValueError(f"criterion must be one of {RULES}, got {g['criterion']!r}")
-    if g["method"] not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {g['method']!r}")
-    if g["scale"] not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {g['scale']!r}")
-    if g["adjust_lr_fn"] not in ADJUST_LR:
-        raise ValueError(f"adjust_lr_fn must be one of {ADJUST_LR}, got {g['adjust_lr_fn']!r}")
-    if g.get("curvature", "kfac") not in CURVATURES:
-        raise ValueError(f"curvature must be one of {CURVATURES}, got {g['curvature']!r}")
-    sc = g.get("switch_confidence", 0.0)
-    if not (isinstance(sc, int | float) and not isinstance(sc, bool) and (sc == 0 or 0.5 < sc < 1)):
-        raise ValueError(f"switch_confidence must be 0 (off) or in (0.5, 1), got {sc!r}")
-    if g.get("shrinkage", "none") not in SHRINKAGES:
-        raise ValueError(f"shrinkage must be one of {SHRINKAGES}, got {g['shrinkage']!r}")
-    if g.get("stats", "next_batch") not in STATS:
-        raise ValueError(f"stats must be one of {STATS}, got {g['stats']!r}")
-    if g.get("matrix_view", "auto") not in VIEWS:
-        raise ValueError(f"matrix_view must be one of {VIEWS}, got {g['matrix_view']!r}")
-    if not isinstance(g["nesterov"], bool):
-        raise ValueError(f"nesterov must be a bool, got {g['nesterov']!r}")
-
-
-def _validate_adamw(g: dict[str, Any]) -> None:
-    _check_nonneg("adamw lr", g["lr"])
-    b = g["betas"]
-    if not (isinstance(b, tuple | list) and len(b) == 2):
-        raise ValueError(f"adamw_betas must be a pair, got {b!r}")
-    _check_nonneg("adamw beta1", b[0], 1.0)
-    _check_nonneg("adamw beta2", b[1], 1.0)
-    _check_nonneg("adamw eps", g["eps"])
-    _check_nonneg("adamw weight_decay", g["weight_decay"])
-
-
-class AdaptiveLMO(Optimizer):
+class AdaptiveLMO(ExponentController, Optimizer):
     r"""Matrix layers: the fractional LMO update with a per-layer, data-chosen exponent.
 
     Args:
         model_or_params: an ``nn.Module`` (routing and activation hooks automatic), or an
-            iterable of tensors / param-group dicts (a dict may set ``"algorithm"``: ``"lmo"``
-            or ``"adamw"``; bare tensors with >= 2 dims take the matrix update). Bare
-            parameters cannot be hooked, so ``exponent="auto"`` needs the module.
+            iterable of tensors, of ``(name, tensor)`` pairs (``model.named_parameters()``:
+            the names appear in ``geometry()``/``routing()``), or of param-group dicts (a dict
+            may set ``"algorithm"``: ``"lmo"`` or ``"adamw"``; bare tensors with >= 2 dims
+            take the matrix update). Bare parameters cannot be hooked, so
+            ``exponent="auto"`` needs the module.
         lr: learning rate :math:`\gamma` of the matrix update.
         momentum: :math:`\mu` (SGD convention, no dampening) or, with ``precondition="adam"``,
             Adam's :math:`\beta_1`.
@@ -210,13 +131,25 @@ class AdaptiveLMO(Optimizer):
             choice tends to the input-only criterion's (measured worse on ``image``).
             ``geometry()`` reports the weight as ``"output_shrinkage"``. Why:
             see the README ("Too few effective rows").
-        method: ``"svd"`` or ``"iterative"`` (matmul-only fractional power).
+        method: ``"auto"`` (default: a = 0 steps outside criterion steps by torch.optim.Muon's
+            routine, five bfloat16 Newton-Schulz steps, the SVD elsewhere; float64 always
+            exact), ``"svd"`` (exact everywhere) or ``"iterative"`` (matmul-only fractional
+            power; a step whose iteration does not converge takes the SVD, with one warning per
+            layer). See :mod:`adaptive_lmo.fractional`.
         scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm),
             ``"spectral"`` (its spectral norm: no member steps further than Muon in any
             direction) or ``"none"``.
         weight_decay: decoupled, :math:`W \leftarrow (1 - \gamma\lambda)W`.
-        adjust_lr_fn: None (1), or torch.optim.Muon's ``"original"``, ``"match_rms_adamw"``,
-            ``"spectral_unclamped"`` shape factors.
+        adjust_lr_fn: torch.optim.Muon's shape factor with torch's meaning: None is
+            ``"original"`` (:math:`\sqrt{\max(1, A/B)}`), ``"match_rms_adamw"``,
+            ``"spectral_unclamped"``; ``"unit"`` is a factor of 1 (the exact SGD/Adam corners
+            of tall matrices need it).
+        nonfinite: what a step does when any gradient holds NaN/inf. All gradients are
+            checked before anything is mutated (one host read per step): ``"raise"``
+            (default, ``ValueError`` naming the parameters; nothing updated) or ``"skip"``
+            (the whole step is skipped, GradScaler-style: no parameter, moment or statistic
+            changes; counted in ``skipped_steps``, one warning). ``"off"``: not checked (no
+            host sync; NaN then flows into the state, as in torch.optim).
         fallback_exponent: used by ``"auto"`` layers that have no activation statistics yet
             (no hook could be attached, or the layer has not run in a recorded forward, as
             with weights used functionally, e.g. ``nn.MultiheadAttention``'s projections).
@@ -238,8 +171,11 @@ class AdaptiveLMO(Optimizer):
             ``(name, param, module) -> a | None``; pinned parameters get their own param
             group(s) with ``"exponent": a`` and no hooks. E.g. ``lambda n, p, m: 0.0 if
             ".attn." in n else None`` keeps attention projections at Muon's geometry.
-        head: the output head excluded from the matrix update: True (last ``nn.Linear``), a
-            module name, or None.
+        head: the output head excluded from the matrix update: True (identified by
+            :func:`adaptive_lmo.routing.locate_head`: tied to an embedding, a conventional
+            head name, or the last Linear of an all-``nn.Sequential`` model; otherwise the last
+            registered Linear with a warning that it is a guess), a module name (e.g. from
+            :func:`adaptive_lmo.routing.find_head`), or None.
         sync_stats: average the activation energies over ``torch.distributed`` ranks (when a
             process group with more than one rank is initialised), so every rank picks the
             same exponent.
@@ -263,7 +199,7 @@ class AdaptiveLMO(Optimizer):
         curvature: str = "kfac",
         shrinkage: str = "none",
         switch_confidence: float = 0.975,
-        method: str = "svd",
+        method: str = "auto",
         scale: str = "polar",
         weight_decay: float = 0.0,
         adjust_lr_fn: str | None = None,
@@ -281,9 +217,15 @@ class AdaptiveLMO(Optimizer):
         ) = None,
         sync_stats: bool = True,
         seed: int = 0,
+        nonfinite: str = "raise",
     ) -> None:
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
             raise ValueError(f"max_rows must be a positive int, got {max_rows!r}")
+        if nonfinite not in NONFINITE:
+            raise ValueError(f"nonfinite must be one of {NONFINITE}, got {nonfinite!r}")
+        self.nonfinite = nonfinite
+        #: steps skipped because a gradient held NaN/inf (``nonfinite="skip"``)
+        self.skipped_steps = 0
         lmo_defaults = {
             "algorithm": "lmo",
             "lr": lr,
@@ -314,8 +256,8 @@ class AdaptiveLMO(Optimizer):
             "eps": adamw_eps,
             "weight_decay": adamw_weight_decay,
         }
-        _validate_lmo(dict(lmo_defaults))
-        _validate_adamw(adamw)
+        validate_lmo(dict(lmo_defaults))
+        validate_adamw(adamw)
         self._names: dict[int, str] = {}
         self._views: dict[int, str] = {}
         self._modules: dict[int, nn.Module | None] = {}
@@ -328,7 +270,7 @@ class AdaptiveLMO(Optimizer):
                 self._modules[id(info.param)] = info.module
             lmo = [i for i in infos if i.algorithm == "lmo"]
             ad_ps = [i.param for i in infos if i.algorithm == "adamw"]
-            lmo_ps, fixed = self._split_fixed(lmo, fixed_exponents)
+            lmo_ps, fixed = split_fixed(lmo, fixed_exponents)
             if lmo_ps:
                 groups.append({"params": lmo_ps, "algorithm": "lmo"})
             for a, ps in fixed.items():
@@ -343,7 +285,9 @@ class AdaptiveLMO(Optimizer):
                     "fixed_exponents selects parameters by module name: pass the nn.Module, or "
                     "give param groups their own 'exponent'"
                 )
-            groups = self._groups_from_params(model_or_params, adamw)
+            groups = groups_from_params(
+                model_or_params, adamw, self._names, self._views, self._modules
+            )
         self._collector = ActivationCollector(max_rows, seed)
         self._finalizer = weakref.finalize(
             self, ActivationCollector.remove_handles, self._collector.handles
@@ -352,6 +296,9 @@ class AdaptiveLMO(Optimizer):
         self._fallbacks: list[tuple[Tensor, bool]] = []
         self._manual: set[int] = set()
         self.sync_stats = bool(sync_stats)
+        self._seed = int(seed)
+        self._fisher_gen: torch.Generator | None = None
+        self._fisher_state: Tensor | None = None
         self._has_model = isinstance(model_or_params, nn.Module)
         super().__init__(groups, lmo_defaults)
         self._attach_hooks()
@@ -359,90 +306,13 @@ class AdaptiveLMO(Optimizer):
 
     # -- construction -----------------------------------------------------------------------
 
-    @staticmethod
-    def _split_fixed(
-        infos: list[Any], fixed: Mapping[str, float] | Callable[..., float | None] | None
-    ) -> tuple[list[Tensor], dict[float, list[Tensor]]]:
-        """Matrix parameters on ``exponent``'s setting, and those ``fixed_exponents`` pins."""
-        if fixed is None:
-            return [i.param for i in infos], {}
-        if isinstance(fixed, Mapping):
-            unknown = set(fixed) - {i.name for i in infos}
-            if unknown:
-                raise ValueError(
-                    f"fixed_exponents names {sorted(unknown)}, which are not matrix parameters "
-                    "on the LMO update (see opt.routing())"
-                )
-            pick = lambda name, p, m: fixed.get(name)  # noqa: E731
-        elif callable(fixed):
-            pick = fixed
-        else:
-            raise ValueError(
-                f"fixed_exponents must be a mapping, a callable or None, got {type(fixed).__name__}"
-            )
-        free: list[Tensor] = []
-        pinned: dict[float, list[Tensor]] = {}
-        for i in infos:
-            a = pick(i.name, i.param, i.module)
-            if a is None:
-                free.append(i.param)
-            else:
-                a = check_exponent(a, f"fixed_exponents[{i.name!r}]")
-                pinned.setdefault(a, []).append(i.param)
-        return free, pinned
-
-    def _groups_from_params(self, params: Any, adamw: dict[str, Any]) -> list[dict[str, Any]]:
-        items = list(params)
-        if not items:
-            raise ValueError("AdaptiveLMO got an empty parameter list")
-        groups: list[dict[str, Any]] = []
-        if all(isinstance(p, Tensor) for p in items):
-            mats = [p for p in items if p.ndim >= 2]
-            vecs = [p for p in items if p.ndim < 2]
-            if mats:
-                groups.append({"params": mats, "algorithm": "lmo"})
-            if vecs:
-                groups.append({"params": vecs, **adamw})
-        else:
-            for g in items:
-                if not isinstance(g, dict):
-                    raise ValueError(
-                        f"params must be tensors or dicts, not a mix; got {type(g).__name__}"
-                    )
-                g = dict(g)
-                ps = [g["params"]] if isinstance(g["params"], Tensor) else list(g["params"])
-                g["params"] = ps
-                algo = g.get("algorithm")
-                if algo is None:
-                    if all(p.ndim >= 2 for p in ps):
-                        algo = "lmo"
-                    elif all(p.ndim < 2 for p in ps):
-                        algo = "adamw"
-                    else:
-                        raise ValueError(
-                            "a param group mixes matrices and vectors: set its 'algorithm' to "
-                            "'lmo' or 'adamw'"
-                        )
-                if algo == "adamw":
-                    g = {**adamw, **g}
-                elif algo != "lmo":
-                    raise ValueError(f"algorithm must be 'lmo' or 'adamw', got {algo!r}")
-                g["algorithm"] = algo
-                groups.append(g)
-        for gi, g in enumerate(groups):
-            for pi, p in enumerate(g["params"]):
-                self._names.setdefault(id(p), f"group{gi}.param{pi}")
-                self._views.setdefault(id(p), "matrix" if p.ndim == 2 else "batched")
-                self._modules.setdefault(id(p), None)
-        return groups
-
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         g = self.param_groups[-1]
         if g["algorithm"] == "adamw":
-            _validate_adamw(g)
+            validate_adamw(g)
             return
-        _validate_lmo(g)
+        validate_lmo(g)
         for p in g["params"]:
             if p.ndim < 2:
                 raise ValueError(
@@ -475,23 +345,6 @@ class AdaptiveLMO(Optimizer):
         if forced != "auto":
             return forced
         return self._views.get(id(p), "matrix" if p.ndim == 2 else "batched")
-
-    def _refresh_due(self) -> None:
-        due, want_out = set(), set()
-        for g in self.param_groups:
-            if g["algorithm"] != "lmo" or g["exponent"] != "auto":
-                continue
-            for p in g["params"]:
-                st = self.state.get(p, {})
-                if g["stats"] == "next_batch":
-                    if "pending_Vh" in st:  # the next step pairs its forward with these factors
-                        due.add(id(p))
-                elif st.get("step", 0) % g["update_every"] == 0:
-                    due.add(id(p))
-                if id(p) in due and g.get("curvature", "kfac") == "kfac":
-                    want_out.add(id(p))
-        self._collector.due = due
-        self._collector.want_out = want_out
 
     # -- public helpers ---------------------------------------------------------------------
 
@@ -542,6 +395,78 @@ class AdaptiveLMO(Optimizer):
             if output_gradients is not None:
                 self._collector.add_output(id(param), output_gradients.detach())
 
+    def fisher_due(self) -> bool:
+        """Whether the coming ``step`` chooses an exponent from output statistics, i.e.
+        whether :meth:`fisher_backward` would do any work now."""
+        return bool(self._collector.want_out)
+
+    def fisher_backward(
+        self, output: Tensor, loss: str = "cross_entropy", samples: int = 1
+    ) -> None:
+        r"""Record the true (sampled-target) Fisher's output factor for the coming criterion step.
+
+        Call it after the forward that produced ``output`` and before ``loss.backward()``
+        (which frees the graph). On steps where no layer chooses its exponent it returns at
+        once; on criterion steps it runs one extra backward per sample, from ``output``
+        with targets drawn from the model's own predictive distribution, through the layers
+        whose exponent is due (no ``.grad`` is touched). Their K-FAC output factor
+        :math:`B = \mathbb{E}[g g^	op]` is then estimated from these rows instead of the
+        user's loss gradients: in expectation it is the Gauss-Newton factor
+        :math:`\mathbb{E}[J^	op H J]` (``H`` the loss Hessian at the output), not the
+        empirical Fisher, which a systematic residual biases (README: "Sampled-target
+        Fisher"). ``geometry()`` reports ``"criterion (surrogate, kfac, sampled Fisher)"``.
+
+        Args:
+            output: the model's output; for ``"cross_entropy"`` logits with classes in the
+                last dimension, for ``"mse"`` any shape.
+            loss: ``"cross_entropy"`` (targets ~ softmax(output); output gradient
+                ``softmax - onehot``) or ``"mse"`` (a Gaussian likelihood: output gradient
+                :math:`arepsilon \sim N(0, I)`, so :math:`H = I`; the criterion does not
+                depend on the noise scale).
+            samples: target draws per example (each one more backward; more draws, less
+                noise in the factor: its relative error falls like :math:`1/\sqrt{N\cdot
+                        ext{samples}}`).
+        """
+        if loss not in FISHER_LOSSES:
+            raise ValueError(f"loss must be one of {FISHER_LOSSES}, got {loss!r}")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be a positive int, got {samples!r}")
+        if not isinstance(output, Tensor) or not output.requires_grad:
+            raise ValueError("fisher_backward needs the model output with its autograd graph")
+        if not self.fisher_due():
+            return
+        due = [
+            p
+            for g in self.param_groups
+            for p in g["params"]
+            if id(p) in self._collector.want_out and p.requires_grad
+        ]
+        if not due:
+            return
+        gen = self._fisher_generator(output.device)
+        self._collector.fisher_mode = True  # the hooks file these rows apart
+        try:
+            for _ in range(samples):
+                e = sample_output_gradient(output, loss, gen)
+                torch.autograd.grad(
+                    output,
+                    due,
+                    grad_outputs=e.to(output.dtype),
+                    retain_graph=True,
+                    allow_unused=True,
+                )
+        finally:
+            self._collector.fisher_mode = False
+
+    def _fisher_generator(self, device: torch.device) -> torch.Generator:
+        gen = self._fisher_gen
+        if gen is None or gen.device != device:
+            gen = torch.Generator(device=device).manual_seed(self._seed + 1)
+            if self._fisher_state is not None and device.type == "cpu":
+                gen.set_state(self._fisher_state)
+            self._fisher_gen = gen
+        return gen
+
     def _group_of(self, p: Tensor) -> dict[str, Any] | None:
         for g in self.param_groups:
             if any(q is p for q in g["params"]):
@@ -586,11 +511,20 @@ class AdaptiveLMO(Optimizer):
         """torch's state dict plus the sketch sampler's RNG state (for exact resumption)."""
         sd = super().state_dict()
         sd["sketch_rng_state"] = self._collector.generator.get_state()
+        sd["skipped_steps"] = self.skipped_steps
+        if self._fisher_gen is not None:
+            sd["fisher_rng_state"] = self._fisher_gen.get_state()
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = dict(state_dict)
         rng = state_dict.pop("sketch_rng_state", None)
+        self.skipped_steps = int(state_dict.pop("skipped_steps", self.skipped_steps))
+        fisher = state_dict.pop("fisher_rng_state", None)
+        if fisher is not None:
+            self._fisher_state = fisher
+            if self._fisher_gen is not None:
+                self._fisher_gen.set_state(fisher)
         # torch.optim casts iterable state values element-wise, which turns a str into a
         # generator: keep the "source" strings (the switch test reads them) and put them back
         saved = state_dict.get("state", {})
@@ -613,42 +547,6 @@ class AdaptiveLMO(Optimizer):
             self._warned.add(key)
             warnings.warn(f"AdaptiveLMO, layer {self._names[id(p)]}: {msg}", stacklevel=3)
 
-    def _direction(self, p: Tensor, g: dict[str, Any], shape: tuple[int, ...]):
-        """Update the moments; return (direction P, gradient estimate) in the matrix view."""
-        state = self.state[p]
-        grad = p.grad
-        if grad.is_sparse:
-            raise RuntimeError("AdaptiveLMO does not support sparse gradients")
-        if torch.is_complex(p):
-            raise RuntimeError("AdaptiveLMO does not support complex parameters")
-        state["step"] = state.get("step", 0) + 1
-        t = state["step"]
-        cd = torch.float64 if p.dtype == torch.float64 else torch.float32
-        if g["precondition"] == "adam":
-            if "exp_avg" not in state:
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            m, v = state["exp_avg"], state["exp_avg_sq"]
-            b1, b2 = g["momentum"], g["beta2"]
-            m.lerp_(grad, 1 - b1)
-            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-            mhat = m.to(cd) / (1 - b1**t)
-            denom = (v.to(cd).sqrt() / math.sqrt(1 - b2**t)).add_(g["eps"])
-            P = mhat / denom
-            return P.reshape(shape), mhat.reshape(shape)
-        mu = g["momentum"]
-        if mu != 0:
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.clone(grad).detach()
-            else:
-                state["momentum_buffer"].mul_(mu).add_(grad)
-            buf = state["momentum_buffer"]
-            P = grad.add(buf, alpha=mu) if g["nesterov"] else buf
-        else:
-            P = grad
-        P = P.to(cd).reshape(shape)
-        return P, P
-
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter with a gradient; returns the closure's loss."""
@@ -656,35 +554,30 @@ class AdaptiveLMO(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        work = self._checked_work()
+        if work is None:  # a non-finite gradient and nonfinite="skip": nothing changes
+            return loss
         items: list[dict[str, Any]] = []
-        for g in self.param_groups:
+        for p, g in work:
             if g["algorithm"] == "adamw":
-                self._adamw_step(g)
+                adamw_update(p, p.grad, self.state[p], g)
                 continue
-            for p in g["params"]:
-                if p.grad is None:
-                    continue
-                shape = matrix_shape(tuple(p.shape), self._view(p, g))
-                P, ghat = self._direction(p, g, shape)
-                if not bool(torch.isfinite(P).all()):
-                    raise ValueError(
-                        f"AdaptiveLMO, layer {self._names[id(p)]}: non-finite gradient or "
-                        f"momentum (NaN or inf) at step {self.state[p]['step']}"
-                    )
-                it = {"p": p, "g": g, "P": P, "ghat": ghat, "shape": shape, "factors": None}
-                fresh = (self.state[p]["step"] - 1) % g["update_every"] == 0
-                auto = g["exponent"] == "auto"
-                if g["stats"] == "next_batch":
-                    # choose with the factors kept from an earlier step; keep this step's
-                    it["due"] = auto and "pending_Vh" in self.state[p]
-                    it["snap"] = auto and fresh
-                else:
-                    it["due"], it["snap"] = auto and fresh, False
-                if it["due"] or it["snap"]:
-                    self._prepare_criterion(it)
-                    items.append(it)
-                else:  # apply at once: only criterion steps hold every layer's direction
-                    self._apply(it)
+            shape = matrix_shape(tuple(p.shape), self._view(p, g))
+            P, ghat = direction(self.state[p], p.grad, g, shape)
+            it = {"p": p, "g": g, "P": P, "ghat": ghat, "shape": shape, "factors": None}
+            fresh = (self.state[p]["step"] - 1) % g["update_every"] == 0
+            auto = g["exponent"] == "auto"
+            if g["stats"] == "next_batch":
+                # choose with the factors kept from an earlier step; keep this step's
+                it["due"] = auto and "pending_Vh" in self.state[p]
+                it["snap"] = auto and fresh
+            else:
+                it["due"], it["snap"] = auto and fresh, False
+            if it["due"] or it["snap"]:
+                self._prepare_criterion(it)
+                items.append(it)
+            else:  # apply at once: only criterion steps hold every layer's direction
+                self._apply(it)
         self._sync_curvatures(items)
         for it in items:
             self._apply(it)
@@ -695,244 +588,54 @@ class AdaptiveLMO(Optimizer):
         self._warn_fallbacks()
         return loss
 
-    def _warn_fallbacks(self) -> None:
-        """One warning naming every matrix parameter that fell back for lack of statistics.
+    def _checked_work(self) -> list[tuple[Tensor, dict[str, Any]]] | None:
+        """Every (parameter, group) with a gradient, after checking all of them.
 
-        Given once per parameter: on the first criterion step at which an ``"auto"`` layer
-        has never had activation statistics (so it runs at ``fallback_exponent``).
+        Runs before anything is mutated, so a bad option, a sparse or complex gradient or a
+        NaN/inf gradient leaves parameters, moments and statistics as they were. Returns
+        None when the step is to be skipped (``nonfinite="skip"``).
         """
-        new = [(p, h) for p, h in self._fallbacks if (id(p), "fallback") not in self._warned]
-        self._fallbacks.clear()
-        if not new:
-            return
-        parts = []
-        for p, hooked in new:
-            self._warned.add((id(p), "fallback"))
-            why = (
-                "hooked, but no activations recorded yet: its module did not run with "
-                "gradients enabled in this step's forward (a weight used functionally never "
-                "will, e.g. nn.MultiheadAttention's out_proj.weight)"
-                if hooked
-                else "no forward hook can see this layer's inputs: not the weight of an "
-                "nn.Linear or a supported nn.Conv1d/nn.Conv2d (e.g. nn.MultiheadAttention's "
-                "in_proj_weight)"
-            )
-            parts.append(f"'{self._names[id(p)]}' ({why})")
-        warnings.warn(
-            f"AdaptiveLMO: {len(new)} matrix parameter(s) received no input-activation "
-            "statistics and use fallback_exponent instead of the criterion: "
-            + "; ".join(parts)
-            + ". To give them the criterion, compute them through nn.Linear/nn.Conv modules "
-            "called as modules (e.g. separate q/k/v/out nn.Linear projections instead of "
-            "nn.MultiheadAttention), or feed their input rows with "
-            "AdaptiveLMO.record_activations(param, rows); or pin their exponent with "
-            "AdaptiveLMO(..., fixed_exponents={name: a}). Warned once per parameter; "
-            "geometry() reports each layer's source.",
-            stacklevel=3,
-        )
-
-    def _prepare_criterion(self, it: dict[str, Any]) -> None:
-        p, g, st = it["p"], it["g"], self.state[it["p"]]
-        X = self._collector.take(id(p))
-        Gout = self._collector.take_output(id(p))
-        kfac = g.get("curvature", "kfac") == "kfac"
-        U = None
-        if g["stats"] == "next_batch":
-            # this step's factors: used by the update (svd route) and kept for the next step
-            it["factors"] = svd_factors(it["P"]) if it["snap"] or g["method"] == "svd" else None
-            if not it["due"]:
-                return
-            s, Vh = st.pop("pending_s"), st.pop("pending_Vh")
-            d = st.pop("pending_d", None)
-            U = st.pop("pending_U", None)
-        else:
-            f = svd_factors(it["P"])
-            it["factors"] = f
-            s, Vh, U = f.s, f.Vh, f.U
-            d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
-        it["crit"] = (s, d)
-        it["c"], it["b"], it["bq"] = None, None, None
-        r = s.shape[-1]
-        # shapes every rank agrees on (for the all-reduce), whatever it recorded
-        it["c_shape"] = (*s.shape, r) if kfac else (s.numel(),)
-        it["b_shape"] = (*s.shape, r) if kfac else None
-        it["bq_shape"] = (*s.shape[:-1], 2) if kfac else None
-        if X is None:
-            return
-        if X.shape[-1] != it["shape"][-1]:
+        work: list[tuple[Tensor, dict[str, Any]]] = []
+        for g in self.param_groups:
+            if g["algorithm"] == "adamw":
+                validate_adamw(g)
+            else:
+                validate_lmo(g)
+                if g["exponent"] == "auto" and not self._has_model:
+                    raise ValueError(
+                        "exponent='auto' was set on a group of bare parameters: the criterion "
+                        "needs forward hooks on the model's layers (pass the nn.Module)"
+                    )
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdaptiveLMO does not support sparse gradients")
+                if g["algorithm"] == "lmo" and torch.is_complex(p):
+                    raise RuntimeError("AdaptiveLMO does not support complex parameters")
+                work.append((p, g))
+        self._attach_hooks()  # a group switched to "auto" after construction gets its hooks
+        if self.nonfinite == "off" or not work:
+            return work
+        grads = [p.grad for p, _ in work]
+        if not any_nonfinite(grads):
+            return work
+        bad = nonfinite_names(grads, [self._names.get(id(p), "?") for p, _ in work])
+        if self.nonfinite == "raise":
             raise ValueError(
-                f"AdaptiveLMO, layer {self._names[id(p)]}: recorded features have "
-                f"{X.shape[-1]} columns, the matrix view {it['shape']} needs {it['shape'][-1]}"
+                f"AdaptiveLMO: non-finite gradient (NaN or inf) in {', '.join(bad)}; nothing "
+                "was updated (nonfinite='skip' skips such steps instead)"
             )
-        if not kfac:
-            it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
-            return
-        it["c"] = curvature_matrix(Vh, X.to(Vh.dtype))
-        if Gout is not None and U is not None:
-            if Gout.shape[-1] != it["shape"][-2]:
-                raise ValueError(
-                    f"AdaptiveLMO, layer {self._names[id(p)]}: recorded output gradients have "
-                    f"{Gout.shape[-1]} columns, the matrix view {it['shape']} needs "
-                    f"{it['shape'][-2]}"
-                )
-            # the rows in the U basis: the factor's moments and the switch test's rows
-            it["bz"] = Gout.to(U.dtype) @ U
-            it["b"], q, k = row_moments(it["bz"])
-            it["bq"] = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
-
-    def _keep_factors(self, it: dict[str, Any]) -> None:
-        """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
-        st, f = self.state[it["p"]], it["factors"]
-        st["pending_s"], st["pending_Vh"] = f.s, f.Vh
-        if it["g"].get("curvature", "kfac") == "kfac":
-            st["pending_U"] = f.U
-        if it["g"]["precondition"] is not None:
-            st["pending_d"] = alignment(f.U, f.Vh, it["ghat"])
-
-    def _sync_curvatures(self, items: list[dict[str, Any]]) -> None:
-        """Average each due layer's curvature statistics (``c``, and ``b`` for kfac) over ranks.
-
-        Every rank packs a fixed-shape slot per statistic (zeros and a 0 flag when it recorded
-        none); the mean is over the ranks that recorded it. Non-finite statistics on any rank
-        turn that statistic into NaN everywhere (the criterion then skips the layer).
-        """
-        due = [it for it in items if it["due"]]
-        if not (
-            due
-            and self.sync_stats
-            and dist.is_available()
-            and dist.is_initialized()
-            and dist.get_world_size() > 1
-        ):
-            return
-        dev = due[0]["P"].device
-        slots = [(it, k) for it in due for k in ("c", "b", "bq") if it[f"{k}_shape"] is not None]
-        flats, flags, bad = [], [], []
-        for it, k in slots:
-            t, shape = it[k], it[f"{k}_shape"]
-            n = math.prod(shape)
-            if t is None:
-                flats.append(torch.zeros(n, dtype=torch.float64, device=dev))
-            else:
-                flats.append(t.to(torch.float64).reshape(-1))
-            flags.append(0.0 if t is None else 1.0)
-            bad.append(1.0 if t is not None and not bool(torch.isfinite(t).all()) else 0.0)
-        flat = torch.nan_to_num(torch.cat(flats), nan=0.0, posinf=0.0, neginf=0.0)
-        fl = torch.tensor(flags, dtype=torch.float64, device=dev)
-        bd = torch.tensor(bad, dtype=torch.float64, device=dev)
-        packed = torch.cat([flat, fl, bd])
-        dist.all_reduce(packed)
-        n = flat.numel()
-        flat, fl, bd = packed[:n], packed[n : n + len(slots)], packed[n + len(slots) :]
-        off = 0
-        for j, (it, k) in enumerate(slots):
-            shape = it[f"{k}_shape"]
-            seg = flat[off : off + math.prod(shape)].reshape(shape)
-            off += math.prod(shape)
-            dtype = it["crit"][0].dtype
-            if float(bd[j]) > 0:
-                it[k] = torch.full_like(seg, math.nan).to(dtype)
-            elif float(fl[j]) > 0:
-                seg = seg / fl[j]
-                if k == "bq":  # (mean of |z|^4, rows): the row counts add up over ranks
-                    seg = torch.stack([seg[..., 0], seg[..., 1] * fl[j]], dim=-1)
-                    dtype = torch.float64
-                it[k] = seg.to(dtype)
-            else:
-                it[k] = None
-
-    def _choose(self, it: dict[str, Any]) -> None:
-        p, g, st = it["p"], it["g"], self.state[it["p"]]
-        s, d = it["crit"]
-        if it["c"] is None:
-            if "exponent" in st and st.get("source", "").startswith(("criterion", "kept")):
-                st["source"] = f"kept: no activations recorded at step {st['step']}"
-                self._warn(p, "noact", "no activations recorded; keeping its last exponent")
-            else:
-                st["exponent"] = g["fallback_exponent"]
-                hooked = id(p) in self._collector.hooked or id(p) in self._manual
-                st["source"] = (
-                    "fallback: no activations recorded yet"
-                    if hooked
-                    else "fallback: no forward hook can see this layer's inputs"
-                )
-                self._fallbacks.append((p, hooked))
-            return
-        floor = g.get("direction_floor", 0.0)
-        if floor > 0 and float(torch.linalg.vector_norm(s)) < floor and "exponent" in st:
-            # the scored direction is rounding noise: its statistics say nothing (README)
-            st["source"] = f"kept: direction below direction_floor at step {st['step']}"
-            return
-        curv, how = it["c"], ""
-        if g.get("curvature", "kfac") == "kfac":
-            if it.get("b") is None:
-                curv = torch.diagonal(curv, dim1=-2, dim2=-1).reshape(-1)
-                how = ", input only: no output gradients recorded"
-                if id(p) in self._collector.hooked:
-                    self._warn(
-                        p,
-                        "noout",
-                        "curvature='kfac' but no output gradients were recorded (the module's "
-                        "output did not require grad or no backward ran); using input statistics",
-                    )
-            else:
-                b = it["b"]
-                if it.get("bq") is not None:
-                    bq = it["bq"]
-                    rho = ledoit_wolf_shrinkage(b, bq[..., 0], bq[..., 1])
-                    st["output_shrinkage"] = float(rho.mean())
-                    if g.get("shrinkage", "none") == "ledoit_wolf":
-                        b = shrink_to_identity(b, rho)
-                curv, how = b * curv, ", kfac"
-        try:
-            a = choose_exponent(s, curv, d, rule=g["criterion"])
-        except ValueError as e:
-            st.setdefault("exponent", g["fallback_exponent"])
-            st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
-            self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
-            return
-        z = g.get("switch_confidence", 0.0)
-        old = st.get("exponent")
-        if (
-            z > 0
-            and how == ", kfac"
-            and old is not None
-            and st.get("source", "").startswith(("criterion", "kept"))
-            and a != old
-        ):
-            # too few effective rows for the r x r output factor: change only when the
-            # surrogate's gain is resolved against its row-sampling error (README)
-            gain, se, n_eff = switch_gain(
-                a, old, s, it.get("bz"), it["c"], d, reduce=self._reducer(it["P"].device)
+        self.skipped_steps += 1
+        self._collector.clear()  # this forward's statistics go with its skipped step
+        if (0, "skip") not in self._warned:
+            self._warned.add((0, "skip"))
+            warnings.warn(
+                f"AdaptiveLMO: step skipped, non-finite gradient (NaN or inf) in "
+                f"{', '.join(bad)}; later skips are counted in opt.skipped_steps",
+                stacklevel=3,
             )
-            if not n_eff >= s.shape[-1]:  # NaN (nothing resolved) is tested, and kept
-                df = math.floor(n_eff) - 1 if math.isfinite(n_eff) else 0
-                thr = t_quantile(z, df) * se if df >= 1 else math.inf
-                if not gain > thr:
-                    st["source"] = (
-                        f"kept: a = {a:.3f} not resolved at step {st['step']} (n_eff "
-                        f"{n_eff:.3g} < r = {s.shape[-1]}; log-gain {gain:.3g}, s.e. {se:.3g})"
-                    )
-                    return
-        st["exponent"] = a
-        st["source"] = f"criterion ({g['criterion']}{how})"
-
-    def _reducer(self, device: torch.device) -> Callable[[Tensor], Tensor] | None:
-        """Sum over ``torch.distributed`` ranks (None for one process or ``sync_stats=False``)."""
-        if not (
-            self.sync_stats
-            and dist.is_available()
-            and dist.is_initialized()
-            and dist.get_world_size() > 1
-        ):
-            return None
-
-        def red(t: Tensor) -> Tensor:
-            t = t.to(device)
-            dist.all_reduce(t)
-            return t.cpu()
-
-        return red
+        return None
 
     def _apply(self, it: dict[str, Any]) -> None:
         p, g = it["p"], it["g"]
@@ -947,8 +650,22 @@ class AdaptiveLMO(Optimizer):
         else:
             a = g["exponent"]
             st["exponent"], st["source"] = a, "fixed"
-        use = it["factors"] if g["method"] == "svd" else None
-        D = fractional_update(it["P"], a, method=g["method"], scale=g["scale"], factors=use)
+        # a criterion step's exact factors are reused by every route: the SVD is paid anyway
+        D, fell_back = lmo_direction(
+            it["P"],
+            a,
+            method=g["method"],
+            scale=g["scale"],
+            factors=it["factors"],
+            check_finite=False,
+        )
+        if fell_back:
+            self._warn(
+                p,
+                "iterative",
+                "method='iterative' did not converge on this direction (rank-deficient or "
+                "ill-conditioned); the step used the SVD (and will whenever this recurs)",
+            )
         floor = g.get("direction_floor", 0.0)
         if floor > 0:
             # unconditional (x * 1.0 is exact): a data-dependent branch would sync a GPU
@@ -957,28 +674,7 @@ class AdaptiveLMO(Optimizer):
         lr = g["lr"]
         if g["weight_decay"] != 0:
             p.mul_(1 - lr * g["weight_decay"])
-        p.add_(D.reshape(p.shape).to(p.dtype), alpha=-lr * _adjust(g["adjust_lr_fn"], it["shape"]))
-
-    def _adamw_step(self, g: dict[str, Any]) -> None:
-        b1, b2 = g["betas"]
-        lr, eps, wd = g["lr"], g["eps"], g["weight_decay"]
-        for p in g["params"]:
-            if p.grad is None:
-                continue
-            grad = p.grad
-            if grad.is_sparse:
-                raise RuntimeError("AdaptiveLMO (AdamW group) does not support sparse gradients")
-            st = self.state[p]
-            if "exp_avg" not in st:
-                st["step"] = 0
-                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            st["step"] += 1
-            t = st["step"]
-            if wd != 0:
-                p.mul_(1 - lr * wd)
-            m, v = st["exp_avg"], st["exp_avg_sq"]
-            m.lerp_(grad, 1 - b1)
-            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-            denom = (v.sqrt() / math.sqrt(1 - b2**t)).add_(eps)
-            p.addcdiv_(m, denom, value=-lr / (1 - b1**t))
+        p.add_(
+            D.reshape(p.shape).to(p.dtype),
+            alpha=-lr * adjust_lr_factor(g["adjust_lr_fn"], it["shape"]),
+        )

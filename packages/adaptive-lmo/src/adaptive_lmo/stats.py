@@ -27,7 +27,9 @@ registers a tensor hook on the module's output, so the backward pass of the same
 over :math:`\partial L/\partial z` for every output row (``nn.Linear``: ``(..., m)`` flattened
 to rows; convs: ``(B, out, *spatial)`` to ``(B * L, out)``), sketched the same way into at most
 ``max_rows`` rows. With a mean-reduced loss each row is ``1/N`` of the per-example gradient; the
-criterion is invariant to that scale.
+criterion is invariant to that scale. Rows recorded while ``fisher_mode`` is set (the
+optimizer's sampled-target backward, ``AdaptiveLMO.fisher_backward``) are kept apart and
+replace the user's own rows on that criterion step.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ class ActivationCollector:
         self.generator = torch.Generator().manual_seed(seed)
         self.rows: dict[int, list[Tensor]] = {}
         self.out_rows: dict[int, list[Tensor]] = {}
+        # rows of a sampled-target backward (AdaptiveLMO.fisher_backward): the true Fisher
+        self.fisher_rows: dict[int, list[Tensor]] = {}
+        self.fisher_mode = False
         self.due: set[int] = set()
         self.want_out: set[int] = set()
         self.hooked: set[int] = set()
@@ -125,12 +130,13 @@ class ActivationCollector:
         X = subsample_rows(X.detach(), self.max_rows, self.generator)
         self.rows.setdefault(key, []).append(X)
 
-    def add_output(self, key: int, Gr: Tensor) -> None:
-        """Append output-gradient rows ``Gr`` (``(N, m)``) for parameter ``key`` (sketched)."""
+    def add_output(self, key: int, Gr: Tensor, fisher: bool = False) -> None:
+        """Append output-gradient rows ``Gr`` (``(N, m)``) for parameter ``key`` (sketched);
+        ``fisher``: rows of a sampled-target backward, kept apart from the user's own."""
         if Gr.shape[-2] == 0:
             return
         Gr = subsample_rows(Gr.detach(), self.max_rows, self.generator)
-        self.out_rows.setdefault(key, []).append(Gr)
+        (self.fisher_rows if fisher else self.out_rows).setdefault(key, []).append(Gr)
 
     def _take(self, store: dict[int, list[Tensor]], key: int) -> Tensor | None:
         parts = store.pop(key, None)
@@ -143,19 +149,23 @@ class ActivationCollector:
         """The input sketch for ``key`` (at most ``max_rows`` rows), removed from the store."""
         return self._take(self.rows, key)
 
-    def take_output(self, key: int) -> Tensor | None:
-        """The output-gradient sketch for ``key`` (at most ``max_rows`` rows), removed."""
-        return self._take(self.out_rows, key)
+    def take_output(self, key: int) -> tuple[Tensor | None, bool]:
+        """The output-gradient sketch for ``key`` (at most ``max_rows`` rows), removed, and
+        whether it holds sampled-target (Fisher) rows, which are preferred when present."""
+        fisher = self._take(self.fisher_rows, key)
+        own = self._take(self.out_rows, key)
+        return (fisher, True) if fisher is not None else (own, False)
 
     def clear(self) -> None:
         self.rows.clear()
         self.out_rows.clear()
+        self.fisher_rows.clear()
 
     def nbytes(self) -> int:
         """Bytes held by pending sketches (inputs and output gradients)."""
         return sum(
             t.numel() * t.element_size()
-            for store in (self.rows, self.out_rows)
+            for store in (self.rows, self.out_rows, self.fisher_rows)
             for parts in store.values()
             for t in parts
         )
@@ -183,7 +193,7 @@ class ActivationCollector:
                     c2 = ref()
                     if c2 is not None and key in c2.due:
                         with torch.no_grad():
-                            c2.add_output(key, output_rows(mod, g.detach()))
+                            c2.add_output(key, output_rows(mod, g.detach()), c2.fisher_mode)
 
                 output.register_hook(grad_hook)
 

@@ -1,0 +1,302 @@
+r"""The exponent controller: when a layer's exponent is chosen and from which statistics.
+
+A mixin of :class:`adaptive_lmo.AdaptiveLMO` (it reads the optimizer's ``state``, its
+:class:`adaptive_lmo.stats.ActivationCollector` and its layer names). Per criterion step and
+layer: :meth:`~ExponentController._prepare_criterion` pairs the direction's SVD (this step's,
+or the one kept from the previous step with ``stats="next_batch"``) with the sketches the
+hooks recorded; :meth:`~ExponentController._sync_curvatures` averages them over
+``torch.distributed`` ranks; :meth:`~ExponentController._choose` runs
+:func:`adaptive_lmo.criterion.choose_exponent` with the K-FAC curvature, the direction floor,
+the fallbacks and the switch test (README: "Too few effective rows"). Only criterion steps
+read values on the host.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .criterion import (
+    alignment,
+    choose_exponent,
+    curvature_along,
+    curvature_matrix,
+    ledoit_wolf_shrinkage,
+    row_moments,
+    shrink_to_identity,
+    switch_gain,
+    t_quantile,
+)
+from .fractional import svd_factors
+
+__all__ = ["ExponentController"]
+
+
+class ExponentController:
+    """Criterion-step logic of :class:`adaptive_lmo.AdaptiveLMO` (a mixin; see the module)."""
+
+    state: Any
+    param_groups: list[dict[str, Any]]
+    sync_stats: bool
+
+    def _refresh_due(self) -> None:
+        due, want_out = set(), set()
+        for g in self.param_groups:
+            if g["algorithm"] != "lmo" or g["exponent"] != "auto":
+                continue
+            for p in g["params"]:
+                st = self.state.get(p, {})
+                if g["stats"] == "next_batch":
+                    if "pending_Vh" in st:  # the next step pairs its forward with these factors
+                        due.add(id(p))
+                elif st.get("step", 0) % g["update_every"] == 0:
+                    due.add(id(p))
+                if id(p) in due and g.get("curvature", "kfac") == "kfac":
+                    want_out.add(id(p))
+        self._collector.due = due
+        self._collector.want_out = want_out
+
+    def _warn_fallbacks(self) -> None:
+        """One warning naming every matrix parameter that fell back for lack of statistics.
+
+        Given once per parameter: on the first criterion step at which an ``"auto"`` layer
+        has never had activation statistics (so it runs at ``fallback_exponent``).
+        """
+        new = [(p, h) for p, h in self._fallbacks if (id(p), "fallback") not in self._warned]
+        self._fallbacks.clear()
+        if not new:
+            return
+        parts = []
+        for p, hooked in new:
+            self._warned.add((id(p), "fallback"))
+            why = (
+                "hooked, but no activations recorded yet: its module did not run with "
+                "gradients enabled in this step's forward (a weight used functionally never "
+                "will, e.g. nn.MultiheadAttention's out_proj.weight)"
+                if hooked
+                else "no forward hook can see this layer's inputs: not the weight of an "
+                "nn.Linear or a supported nn.Conv1d/nn.Conv2d (e.g. nn.MultiheadAttention's "
+                "in_proj_weight)"
+            )
+            parts.append(f"'{self._names[id(p)]}' ({why})")
+        warnings.warn(
+            f"AdaptiveLMO: {len(new)} matrix parameter(s) received no input-activation "
+            "statistics and use fallback_exponent instead of the criterion: "
+            + "; ".join(parts)
+            + ". To give them the criterion, compute them through nn.Linear/nn.Conv modules "
+            "called as modules (e.g. separate q/k/v/out nn.Linear projections instead of "
+            "nn.MultiheadAttention), or feed their input rows with "
+            "AdaptiveLMO.record_activations(param, rows); or pin their exponent with "
+            "AdaptiveLMO(..., fixed_exponents={name: a}). Warned once per parameter; "
+            "geometry() reports each layer's source.",
+            stacklevel=3,
+        )
+
+    def _prepare_criterion(self, it: dict[str, Any]) -> None:
+        p, g, st = it["p"], it["g"], self.state[it["p"]]
+        X = self._collector.take(id(p))
+        Gout, it["fisher"] = self._collector.take_output(id(p))
+        kfac = g.get("curvature", "kfac") == "kfac"
+        U = None
+        if g["stats"] == "next_batch":
+            # this step's factors: used by the update (svd route) and kept for the next step
+            it["factors"] = svd_factors(it["P"]) if it["snap"] or g["method"] == "svd" else None
+            if not it["due"]:
+                return
+            s, Vh = st.pop("pending_s"), st.pop("pending_Vh")
+            d = st.pop("pending_d", None)
+            U = st.pop("pending_U", None)
+        else:
+            f = svd_factors(it["P"])
+            it["factors"] = f
+            s, Vh, U = f.s, f.Vh, f.U
+            d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
+        it["crit"] = (s, d)
+        it["c"], it["b"], it["bq"] = None, None, None
+        r = s.shape[-1]
+        # shapes every rank agrees on (for the all-reduce), whatever it recorded
+        it["c_shape"] = (*s.shape, r) if kfac else (s.numel(),)
+        it["b_shape"] = (*s.shape, r) if kfac else None
+        it["bq_shape"] = (*s.shape[:-1], 2) if kfac else None
+        if X is None:
+            return
+        if X.shape[-1] != it["shape"][-1]:
+            raise ValueError(
+                f"AdaptiveLMO, layer {self._names[id(p)]}: recorded features have "
+                f"{X.shape[-1]} columns, the matrix view {it['shape']} needs {it['shape'][-1]}"
+            )
+        if not kfac:
+            it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
+            return
+        it["c"] = curvature_matrix(Vh, X.to(Vh.dtype))
+        if Gout is not None and U is not None:
+            if Gout.shape[-1] != it["shape"][-2]:
+                raise ValueError(
+                    f"AdaptiveLMO, layer {self._names[id(p)]}: recorded output gradients have "
+                    f"{Gout.shape[-1]} columns, the matrix view {it['shape']} needs "
+                    f"{it['shape'][-2]}"
+                )
+            # the rows in the U basis: the factor's moments and the switch test's rows
+            it["bz"] = Gout.to(U.dtype) @ U
+            it["b"], q, k = row_moments(it["bz"])
+            it["bq"] = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
+
+    def _keep_factors(self, it: dict[str, Any]) -> None:
+        """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
+        st, f = self.state[it["p"]], it["factors"]
+        st["pending_s"], st["pending_Vh"] = f.s, f.Vh
+        if it["g"].get("curvature", "kfac") == "kfac":
+            st["pending_U"] = f.U
+        if it["g"]["precondition"] is not None:
+            st["pending_d"] = alignment(f.U, f.Vh, it["ghat"])
+
+    def _sync_curvatures(self, items: list[dict[str, Any]]) -> None:
+        """Average each due layer's curvature statistics (``c``, and ``b`` for kfac) over ranks.
+
+        Every rank packs a fixed-shape slot per statistic (zeros and a 0 flag when it recorded
+        none); the mean is over the ranks that recorded it. Non-finite statistics on any rank
+        turn that statistic into NaN everywhere (the criterion then skips the layer).
+        """
+        due = [it for it in items if it["due"]]
+        if not (
+            due
+            and self.sync_stats
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size() > 1
+        ):
+            return
+        dev = due[0]["P"].device
+        slots = [(it, k) for it in due for k in ("c", "b", "bq") if it[f"{k}_shape"] is not None]
+        flats, flags, bad = [], [], []
+        for it, k in slots:
+            t, shape = it[k], it[f"{k}_shape"]
+            n = math.prod(shape)
+            if t is None:
+                flats.append(torch.zeros(n, dtype=torch.float64, device=dev))
+            else:
+                flats.append(t.to(torch.float64).reshape(-1))
+            flags.append(0.0 if t is None else 1.0)
+            bad.append(1.0 if t is not None and not bool(torch.isfinite(t).all()) else 0.0)
+        flat = torch.nan_to_num(torch.cat(flats), nan=0.0, posinf=0.0, neginf=0.0)
+        fl = torch.tensor(flags, dtype=torch.float64, device=dev)
+        bd = torch.tensor(bad, dtype=torch.float64, device=dev)
+        packed = torch.cat([flat, fl, bd])
+        dist.all_reduce(packed)
+        n = flat.numel()
+        flat, fl, bd = packed[:n], packed[n : n + len(slots)], packed[n + len(slots) :]
+        off = 0
+        for j, (it, k) in enumerate(slots):
+            shape = it[f"{k}_shape"]
+            seg = flat[off : off + math.prod(shape)].reshape(shape)
+            off += math.prod(shape)
+            dtype = it["crit"][0].dtype
+            if float(bd[j]) > 0:
+                it[k] = torch.full_like(seg, math.nan).to(dtype)
+            elif float(fl[j]) > 0:
+                seg = seg / fl[j]
+                if k == "bq":  # (mean of |z|^4, rows): the row counts add up over ranks
+                    seg = torch.stack([seg[..., 0], seg[..., 1] * fl[j]], dim=-1)
+                    dtype = torch.float64
+                it[k] = seg.to(dtype)
+            else:
+                it[k] = None
+
+    def _choose(self, it: dict[str, Any]) -> None:
+        p, g, st = it["p"], it["g"], self.state[it["p"]]
+        s, d = it["crit"]
+        if it["c"] is None:
+            if "exponent" in st and st.get("source", "").startswith(("criterion", "kept")):
+                st["source"] = f"kept: no activations recorded at step {st['step']}"
+                self._warn(p, "noact", "no activations recorded; keeping its last exponent")
+            else:
+                st["exponent"] = g["fallback_exponent"]
+                hooked = id(p) in self._collector.hooked or id(p) in self._manual
+                st["source"] = (
+                    "fallback: no activations recorded yet"
+                    if hooked
+                    else "fallback: no forward hook can see this layer's inputs"
+                )
+                self._fallbacks.append((p, hooked))
+            return
+        floor = g.get("direction_floor", 0.0)
+        if floor > 0 and float(torch.linalg.vector_norm(s)) < floor and "exponent" in st:
+            # the scored direction is rounding noise: its statistics say nothing (README)
+            st["source"] = f"kept: direction below direction_floor at step {st['step']}"
+            return
+        curv, how = it["c"], ""
+        if g.get("curvature", "kfac") == "kfac":
+            if it.get("b") is None:
+                curv = torch.diagonal(curv, dim1=-2, dim2=-1).reshape(-1)
+                how = ", input only: no output gradients recorded"
+                if id(p) in self._collector.hooked:
+                    self._warn(
+                        p,
+                        "noout",
+                        "curvature='kfac' but no output gradients were recorded (the module's "
+                        "output did not require grad or no backward ran); using input statistics",
+                    )
+            else:
+                b = it["b"]
+                if it.get("bq") is not None:
+                    bq = it["bq"]
+                    rho = ledoit_wolf_shrinkage(b, bq[..., 0], bq[..., 1])
+                    st["output_shrinkage"] = float(rho.mean())
+                    if g.get("shrinkage", "none") == "ledoit_wolf":
+                        b = shrink_to_identity(b, rho)
+                curv, how = b * curv, (", kfac, sampled Fisher" if it["fisher"] else ", kfac")
+        try:
+            a = choose_exponent(s, curv, d, rule=g["criterion"])
+        except ValueError as e:
+            st.setdefault("exponent", g["fallback_exponent"])
+            st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
+            self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
+            return
+        z = g.get("switch_confidence", 0.0)
+        old = st.get("exponent")
+        if (
+            z > 0
+            and how.startswith(", kfac")
+            and old is not None
+            and st.get("source", "").startswith(("criterion", "kept"))
+            and a != old
+        ):
+            # too few effective rows for the r x r output factor: change only when the
+            # surrogate's gain is resolved against its row-sampling error (README)
+            gain, se, n_eff = switch_gain(
+                a, old, s, it.get("bz"), it["c"], d, reduce=self._reducer(it["P"].device)
+            )
+            if not n_eff >= s.shape[-1]:  # NaN (nothing resolved) is tested, and kept
+                df = math.floor(n_eff) - 1 if math.isfinite(n_eff) else 0
+                thr = t_quantile(z, df) * se if df >= 1 else math.inf
+                if not gain > thr:
+                    st["source"] = (
+                        f"kept: a = {a:.3f} not resolved at step {st['step']} (n_eff "
+                        f"{n_eff:.3g} < r = {s.shape[-1]}; log-gain {gain:.3g}, s.e. {se:.3g})"
+                    )
+                    return
+        st["exponent"] = a
+        st["source"] = f"criterion ({g['criterion']}{how})"
+
+    def _reducer(self, device: torch.device) -> Callable[[Tensor], Tensor] | None:
+        """Sum over ``torch.distributed`` ranks (None for one process or ``sync_stats=False``)."""
+        if not (
+            self.sync_stats
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size() > 1
+        ):
+            return None
+
+        def red(t: Tensor) -> Tensor:
+            t = t.to(device)
+            dist.all_reduce(t)
+            return t.cpu()
+
+        return red
