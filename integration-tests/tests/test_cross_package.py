@@ -233,14 +233,14 @@ def _lora_problem(seed=0):
 
 
 def _gauge(layer, cond: float, seed: int = 1) -> None:
-    """(A, B) -> (A M, B M^-T): the same product A B^T, factors conditioned like M."""
+    """(B, A) -> (B M, M^-1 A): the same product B A, factors conditioned like M."""
     g = torch.Generator().manual_seed(seed)
     q1, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
     q2, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
     m = q1 @ torch.diag(torch.logspace(0, float(torch.log10(torch.tensor(cond))), 3).double()) @ q2
     with torch.no_grad():
-        layer.lora_A.copy_(layer.lora_A @ m)
-        layer.lora_B.copy_(layer.lora_B @ torch.linalg.inv(m).T)
+        layer.lora_B.copy_(layer.lora_B @ m)
+        layer.lora_A.copy_(torch.linalg.inv(m) @ layer.lora_A)
 
 
 def _lora_optimizers():
@@ -249,13 +249,19 @@ def _lora_optimizers():
 
     return {
         "imuon": lambda layer: IMuon(
-            [{"params": [layer.lora_A, layer.lora_B], "manifold": "fixed_rank"}],
+            [
+                {
+                    "params": [layer.lora_B, layer.lora_A],
+                    "manifold": "fixed_rank",
+                    "factor_layout": "peft",
+                }
+            ],
             lr=0.05,
             momentum=0.9,
             polar="svd",
         ),
         "adaptive-lmo": lambda layer: AdaptiveLMO(
-            [layer.lora_A, layer.lora_B], lr=0.05, momentum=0.9, exponent=0.5
+            [layer.lora_B, layer.lora_A], lr=0.05, momentum=0.9, exponent=0.5
         ),
     }
 

@@ -2,10 +2,11 @@
 
 Cases (full sizes; ``--quick`` shrinks them):
 
-- Euclidean IMuon (``polar="muon"``, the same 5 Newton-Schulz steps) vs torch.optim.Muon on
-  1024x1024 and 4096x1024;
+- Euclidean IMuon vs torch.optim.Muon on 1024x1024 and 4096x1024, twice: with the same 5
+  bf16 Newton-Schulz steps as Muon (``polar="muon", polar_dtype=torch.bfloat16``, not
+  IMuon's default) and with IMuon's defaults (exact float32 polar factor on a CPU);
 - fixed-rank IMuon on a LoRA pair (A, B) of a 4096x4096 layer, rank 8 and 64, vs Muon on the
-  two factors;
+  two factors (IMuon's defaults, and with Muon's Newton-Schulz);
 - SPD (512), Stiefel (1024x256) and Grassmann (1024x256) IMuon vs Muon on the same matrix;
 - Stiefel IMuon vs manifold Muon by dual ascent (100 polar factors per step), 1024x256, with
   the objective <G, xi> and the tangency error of each;
@@ -15,7 +16,13 @@ Cases (full sizes; ``--quick`` shrinks them):
 Ratios are candidate time / baseline time (shared_core.bench.compare, interleaved pairs). The
 IMuon-vs-Muon cases also store process-CPU-time ratios of the same pairs (``cpu_ratio_*`` in
 the JSON params; less sensitive than the wall clock to other jobs on a shared machine) and the
-1-minute load average at the end of the run. ``--only-fixed`` runs just the fixed-rank cases.
+1-minute load average after each case. The JSON is rewritten after every case, so a run cut
+short by a time cap keeps the cases it finished (Euclidean first, then fixed rank, then the
+rest). ``--only-fixed`` runs just the fixed-rank cases,
+``--only-euclidean`` just the Euclidean ones. The baseline is torch.optim.Muon as a user runs
+it (bf16 Newton-Schulz), with ``weight_decay=0`` like IMuon's default (torch's default 0.1
+would add a pass over the weights to the baseline only). The JSON records the machine
+(``shared_core.bench``: CPU model and flags, BLAS, threads, measured GEMM rates).
 
     python packages/imuon/benchmarks/step_time.py --quick \
         --out packages/imuon/benchmarks/results/step_time_cpu_quick.json
@@ -24,6 +31,7 @@ the JSON params; less sensitive than the wall clock to other jobs on a shared ma
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -33,7 +41,7 @@ import torch
 
 from imuon import IMuon, stiefel_lmo
 from imuon.baselines import manifold_muon_dual_ascent
-from shared_core.bench import compare, write_json
+from shared_core.bench import compare, environment
 from shared_core.manifolds import SPD, Stiefel
 
 # One CPU thread for both sides: on the shared 2-core machine OpenMP regions of small LAPACK
@@ -86,7 +94,7 @@ def _add_cpu_ratios(res, cpu_c, cpu_b, warmup):
 
 def _pair_case(name, cand_params, cand_groups, base_params, repeats, device, extra=None, cand=None):
     cand = IMuon(cand_groups, lr=0.01, **(SAME_NS if cand is None else cand))
-    base = torch.optim.Muon(base_params, lr=0.01)
+    base = torch.optim.Muon(base_params, lr=0.01, weight_decay=0.0)
     cpu_c, cpu_b = [], []
     res = compare(
         _cpu_timed(cand.step, cpu_c),
@@ -104,30 +112,76 @@ def _pair_case(name, cand_params, cand_groups, base_params, repeats, device, ext
     return res
 
 
+class _Saved(list):
+    """Results written to ``out`` after every case (and printed), so a run cut short by a time
+    cap (the GPU pass runs this script under one) keeps what it measured. The environment,
+    with shared_core.bench's machine record (CPU model and flags, BLAS, threads, a one-second
+    GEMM probe per dtype), is taken once, before the first case."""
+
+    def __init__(self, out: str, device: str, command: str):
+        super().__init__()
+        self.out, self.command = out, command
+        self.env = environment(device, probe=True)
+
+    def append(self, r) -> None:
+        super().append(r)
+        r.params["load_avg_1min_after_case"] = (
+            os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        )
+        cpu = r.params.get("cpu_ratio_median")
+        extra = "" if cpu is None else f"  cpu-time ratio {cpu:.3f}"
+        print(
+            f"{r.name:70s} ratio {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]"
+            f"{extra}",
+            flush=True,
+        )
+        doc = {
+            "environment": self.env,
+            "results": [x.to_dict() for x in self],
+            "command": self.command,
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(self.out)), exist_ok=True)
+        tmp = self.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(tmp, self.out)  # never a half-written file
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", default="step_time.json")
     ap.add_argument("--only-fixed", action="store_true", help="only the fixed-rank LoRA cases")
+    ap.add_argument("--only-euclidean", action="store_true", help="only the Euclidean cases")
     ap.add_argument("--repeats", type=int, default=None, help="timed pairs per case")
     args = ap.parse_args(argv)
     dev = args.device
     q = args.quick
     reps = args.repeats or (5 if q else 10)
     torch.manual_seed(0)
-    results = []
+    results = _Saved(args.out, dev, "python " + " ".join(sys.argv))
+    rest = not (args.only_fixed or args.only_euclidean)
 
     if not args.only_fixed:
         sizes = [(256, 256), (1024, 256)] if q else [(1024, 1024), (4096, 1024)]
         for m, n in sizes:
             w = torch.randn(m, n, device=dev)
-            results.append(
-                _pair_case(f"euclidean {m}x{n}", None, [_param(w)], [_param(w)], reps, dev)
-            )
+            for label, kw in (("same NS as Muon", None), ("IMuon defaults", {})):
+                results.append(
+                    _pair_case(
+                        f"euclidean {m}x{n} ({label})",
+                        None,
+                        [_param(w)],
+                        [_param(w)],
+                        reps,
+                        dev,
+                        cand=kw,
+                    )
+                )
 
     big, ranks = (1024, [8, 32]) if q else (4096, [8, 64])
-    for r in ranks:
+    for r in ranks if not args.only_euclidean else []:
         a, b = torch.randn(big, r, device=dev), torch.randn(big, r, device=dev)
         # Two candidates: IMuon with Muon's own Newton-Schulz, and IMuon's defaults (exact
         # polar factors: SVD up to r = 32, the Gram route for the elongated blocks above).
@@ -144,7 +198,7 @@ def main(argv=None) -> int:
                 )
             )
 
-    if not args.only_fixed:
+    if rest:
         n_spd = 128 if q else 512
         s = SPD(n_spd).random_point(device=dev)
         results.append(
@@ -225,15 +279,6 @@ def main(argv=None) -> int:
         except ImportError:
             print("geoopt not installed: RiemannianAdam case skipped", file=sys.stderr)
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    for r in results:
-        r.params.setdefault("load_avg_1min_at_end", load)
-        cpu = r.params.get("cpu_ratio_median")
-        extra = "" if cpu is None else f"  cpu-time ratio {cpu:.3f}"
-        print(
-            f"{r.name:70s} ratio {r.ratio_median:.3f} [{r.ratio_min:.3f}, {r.ratio_max:.3f}]{extra}"
-        )
-    write_json(args.out, results, device=dev, command="python " + " ".join(sys.argv))
     return 0
 
 

@@ -111,7 +111,7 @@ def test_lora_gauge_keeps_the_function_and_only_factors_train():
         layers = lora.add_lora(model, rank=r, kappa=kappa, seed=1)
         assert float(lora.lm_loss(model, data)) == pytest.approx(before, abs=1e-4)
     assert len(layers) == len(lora.TARGETS)
-    cond = [float(torch.linalg.cond(layer.lora_A.double())) for layer in layers]
+    cond = [float(torch.linalg.cond(layer.lora_B.double())) for layer in layers]
     assert min(cond) > 100  # the factors really are ill-conditioned
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(n.rsplit(".", 1)[-1] in ("lora_A", "lora_B") for n in trainable)
@@ -125,8 +125,8 @@ def test_lora_control_gauges_are_orthogonal_and_keep_the_product():
         torch.manual_seed(0)
         model = lora.TinyGPT(d=16, layers=1, heads=2, ctx=16).double()
         layers = lora.add_lora(model, rank=r, kappa=kappa, seed=1, gauge=gauge)
-        products.append([la.lora_A.detach() @ la.lora_B.detach().mT for la in layers])
-        conds.append(layers[0].lora_A.detach().clone())
+        products.append([la.lora_B.detach() @ la.lora_A.detach() for la in layers])
+        conds.append(layers[0].lora_B.detach().clone())
     for other in products[1:]:
         for x, y in zip(products[0], other, strict=True):
             # float64: the kappa = 1e6 gauge moves the product by round-off only
@@ -326,3 +326,37 @@ def test_hf_run_end_to_end(tmp_path):
     assert drift < 1e3 * 1e4 * torch.finfo(torch.float64).eps
     assert res.metrics["imuon_drift_check"]["drift_tolerance"] > 1e3 * drift
     assert set(res.metrics["imuon_drift_check"]["control_drift"]) == {"0.03", "0.1", "0.3"}
+
+
+def test_per_factor_muon_takes_the_same_steps_in_peft_and_ab_layouts():
+    # Muon's polar factor is transpose-equivariant, but torch's rate rule sqrt(max(1, m/n)) is
+    # not: make_opt reads it in the (A (m, r), B (n, r)) orientation for both layouts, so the
+    # experiment's per-factor Muon baseline does not depend on how LoRALinear stores B.
+    g = torch.Generator().manual_seed(8)
+    D = torch.float64
+    shapes = [(13, 21, 3), (9, 17, 2)]  # (out, in, r): lora_A (r, in) is wide
+    init = [
+        (torch.randn(m, r, dtype=D, generator=g), torch.randn(n, r, dtype=D, generator=g))
+        for m, n, r in shapes
+    ]
+    targets = [torch.randn(m, n, dtype=D, generator=g) for m, n, _ in shapes]
+    ab = [(torch.nn.Parameter(a.clone()), torch.nn.Parameter(b.clone())) for a, b in init]
+    pf = [(torch.nn.Parameter(a.clone()), torch.nn.Parameter(b.mT.clone())) for a, b in init]
+    opts = (
+        lora.make_opt("per-factor Muon", ab, 0.05, layout="AB"),
+        lora.make_opt("per-factor Muon", pf, 0.05, layout="peft"),
+    )
+    for _ in range(4):
+        for opt, pairs, prod in (
+            (opts[0], ab, lambda a, b: a @ b.mT),
+            (opts[1], pf, lambda a, b: a @ b),
+        ):
+            opt.zero_grad()
+            sum(
+                (prod(a, b) - t).pow(2).sum() for (a, b), t in zip(pairs, targets, strict=True)
+            ).backward()
+            opt.step()
+    for (a1, b1), (a2, b2) in zip(ab, pf, strict=True):
+        # float64: the two layouts differ by the order of round-off only
+        torch.testing.assert_close(a2.detach(), a1.detach(), atol=1e-12, rtol=0)
+        torch.testing.assert_close(b2.detach().mT, b1.detach(), atol=1e-12, rtol=0)

@@ -86,3 +86,48 @@ def test_peft_fold_keeps_a_float64_model_to_float64_round_off():
     assert all(b.dtype == torch.float64 for _, b, _ in find_lora_pairs(pm))
     assert prepare_peft_for_imuon(pm, init_std=0.5) == 2
     torch.testing.assert_close(pm(x), before, atol=1e-12, rtol=0)
+
+
+def test_lora_linear_factors_have_peft_names_shapes_and_function():
+    # lora_A (r, in), lora_B (out, r), delta W = s B A: copying them into peft's LoRA layer on
+    # the same base gives the same outputs (peft as the independent reference)
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(4)
+    base = nn.Linear(13, 7).double()
+    ours = LoRALinear.from_linear(base, rank=3, alpha=5, init_std=0.3)
+    assert tuple(ours.lora_A.shape) == (3, 13) and tuple(ours.lora_B.shape) == (7, 3)
+    model = nn.Sequential(nn.Linear(13, 7).double())
+    with torch.no_grad():
+        model[0].weight.copy_(ours.weight)  # the base with the offset folded in
+        model[0].bias.copy_(ours.bias)
+    pm = peft.get_peft_model(model, peft.LoraConfig(r=3, lora_alpha=5, target_modules=["0"]))
+    layer = pm.base_model.model[0]
+    with torch.no_grad():
+        layer.lora_A["default"].weight.copy_(ours.lora_A)
+        layer.lora_B["default"].weight.copy_(ours.lora_B)
+    x = torch.randn(9, 13, dtype=torch.float64)
+    torch.testing.assert_close(ours(x), pm(x), atol=1e-13, rtol=0)
+    # and imuon_param_groups hands the pair over in peft's layout
+    group = imuon_param_groups(ours)[0]
+    assert group["factor_layout"] == "peft"
+    assert group["params"][0] is ours.lora_B and group["params"][1] is ours.lora_A
+
+
+def test_scaled_gd_takes_peft_layout_pairs_like_ab_pairs():
+    from imuon.baselines import ScaledGD
+
+    g = torch.Generator().manual_seed(6)
+    a0 = torch.randn(9, 2, dtype=torch.float64, generator=g)
+    b0 = torch.randn(6, 2, dtype=torch.float64, generator=g)
+    target = torch.randn(9, 6, dtype=torch.float64, generator=g)
+    A, B = nn.Parameter(a0.clone()), nn.Parameter(b0.clone())
+    lb, la = nn.Parameter(a0.clone()), nn.Parameter(b0.mT.clone())
+    ab = ScaledGD([A, B], lr=0.1, momentum=0.9, damping=1e-6)
+    pf = ScaledGD([lb, la], lr=0.1, momentum=0.9, damping=1e-6, factor_layout="peft")
+    for _ in range(5):
+        for opt, prod in ((ab, lambda: A @ B.T), (pf, lambda: lb @ la)):
+            opt.zero_grad()
+            (prod() - target).pow(2).sum().backward()
+            opt.step()
+    torch.testing.assert_close(lb.detach(), A.detach(), atol=1e-12, rtol=0)
+    torch.testing.assert_close(la.detach(), B.detach().T, atol=1e-12, rtol=0)

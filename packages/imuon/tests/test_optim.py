@@ -366,11 +366,8 @@ def test_bad_manifold_points_and_shapes_are_refused():
     with pytest.raises(ValueError, match="weight_decay"):
         IMuon(
             [{"params": [torch.nn.Parameter(torch.eye(3, 2))], "manifold": "stiefel"}],
-            0.1,
-            0.9,
-            True,
-            "spectral",
-            0.1,
+            lr=0.1,
+            weight_decay=0.1,
         )
     with pytest.raises(ValueError, match="pairs"):
         IMuon([{"params": [torch.nn.Parameter(torch.randn(4, 2))], "manifold": "fixed_rank"}])
@@ -407,25 +404,6 @@ def test_nonfinite_gradient_skips_with_warning_or_raises():
         warnings.simplefilter("error")
         X.grad = torch.randn(5, 2, generator=gen, dtype=D)
         strict.step()
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.gpu
-def test_cuda_matches_cpu():
-    gen = _gen(12)
-    C = _sym_matrix(16, gen, torch.float32)
-    outs = []
-    for dev in ("cpu", "cuda"):
-        X = torch.nn.Parameter(Stiefel(16, 4).random_point(generator=_gen(1)).to(dev))
-        Cd = C.to(dev)
-        _train(
-            [{"params": [X], "manifold": "stiefel", "polar": "svd"}],
-            lambda X=X, Cd=Cd: torch.trace(X.T @ Cd @ X),
-            20,
-            lr=0.05,
-        )
-        outs.append(X.detach().cpu())
-    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
 
 
 def test_finite_gradients_whose_sum_overflows_still_step():
@@ -589,3 +567,40 @@ def test_a_misspelt_group_option_is_refused_with_a_suggestion():
     opt = IMuon([W])
     with pytest.raises(ValueError, match="unknown param group option 'zzz'"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(2, 2))], "zzz": 1})
+
+
+def test_positional_order_is_torch_muons_and_later_options_are_keyword_only():
+    # IMuon(p, 0.02, 0.1) must mean weight_decay 0.1 as in torch.optim.Muon, not momentum 0.1
+    import inspect
+
+    def positional(cls):
+        sig = inspect.signature(cls)
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return [n for n, q in sig.parameters.items() if q.kind in kinds]
+
+    ours, torchs = positional(IMuon), positional(torch.optim.Muon)
+    assert ours == torchs[: len(ours)] == ["params", "lr", "weight_decay", "momentum", "nesterov"]
+    W = torch.nn.Parameter(torch.randn(4, 3))
+    group = IMuon([W], 0.02, 0.1, 0.5, False).param_groups[0]
+    assert (group["lr"], group["weight_decay"], group["momentum"], group["nesterov"]) == (
+        0.02,
+        0.1,
+        0.5,
+        False,
+    )
+    # torch's sixth positional argument (ns_coefficients) has no counterpart: refused loudly
+    with pytest.raises(TypeError):
+        IMuon([W], 0.02, 0.1, 0.95, True, (3.4445, -4.775, 2.0315))
+
+
+def test_import_imuon_loads_neither_torch_distributed_tensor_nor_sympy():
+    # torch.distributed.tensor pulls in sympy: ~3 s of CPU on import, more than imuon's own
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, imuon, imuon.lora, imuon.peft_io, imuon.geoopt_compat; "
+        "print(sorted(m for m in ('sympy', 'torch.distributed.tensor') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -27,10 +27,13 @@ class ScaledGD(Optimizer):
     r"""Scaled (Riemannian-preconditioned) gradient descent on factor pairs ``(A, B)``.
 
     Args:
-        params: tensors in pairs ``A`` (m, r), ``B`` (n, r) (``X = A B^T``).
+        params: tensors in pairs ``A`` (m, r), ``B`` (n, r) (``X = A B^T``), or with
+            ``factor_layout="peft"`` peft's ``lora_B`` (m, r), ``lora_A`` (r, n)
+            (``X = lora_B lora_A``: ``A = lora_B``, ``B = lora_A^T``).
         lr: step size.
         momentum: heavy-ball coefficient on the preconditioned step (0: none).
         damping: :math:`\delta` added to the Gram matrices.
+        factor_layout: ``"AB"`` or ``"peft"``.
 
     Example:
         >>> A = torch.nn.Parameter(torch.randn(5, 2)); B = torch.nn.Parameter(torch.randn(4, 2))
@@ -39,7 +42,12 @@ class ScaledGD(Optimizer):
     """
 
     def __init__(
-        self, params: Iterable[Tensor], lr: float = 0.5, momentum: float = 0.0, damping: float = 0.0
+        self,
+        params: Iterable[Tensor],
+        lr: float = 0.5,
+        momentum: float = 0.0,
+        damping: float = 0.0,
+        factor_layout: str = "AB",
     ):
         if lr <= 0:
             raise ValueError(f"invalid lr: {lr!r}")
@@ -47,6 +55,9 @@ class ScaledGD(Optimizer):
             raise ValueError(f"invalid momentum: {momentum!r}")
         if damping < 0:
             raise ValueError(f"invalid damping: {damping!r}")
+        if factor_layout not in ("AB", "peft"):
+            raise ValueError(f"invalid factor_layout: {factor_layout!r} (use 'AB' or 'peft')")
+        self.peft = factor_layout == "peft"
         super().__init__(params, dict(lr=lr, momentum=momentum, damping=damping))
         for g in self.param_groups:
             if len(g["params"]) % 2:
@@ -60,17 +71,20 @@ class ScaledGD(Optimizer):
                 loss = closure()
         for g in self.param_groups:
             ps = g["params"]
-            for a, b in zip(ps[0::2], ps[1::2], strict=True):
+            for pa, pb in zip(ps[0::2], ps[1::2], strict=True):
+                # B (n, r) and its gradient as views of peft's lora_A (r, n)
+                view = (lambda t: t.mT) if self.peft else (lambda t: t)
+                a, b, ga, gb = pa, view(pb), pa.grad, view(pb.grad)
                 eye = torch.eye(a.shape[1], dtype=a.dtype, device=a.device) * g["damping"]
-                da = torch.linalg.solve(b.T @ b + eye, a.grad.T).T
-                db = torch.linalg.solve(a.T @ a + eye, b.grad.T).T
-                for p, d in ((a, da), (b, db)):
+                da = torch.linalg.solve(b.T @ b + eye, ga.T).T
+                db = torch.linalg.solve(a.T @ a + eye, gb.T).T
+                for p, x, d, v in ((pa, a, da, lambda t: t), (pb, b, db, view)):
                     if g["momentum"]:
                         st = self.state[p]
-                        buf = st.setdefault("momentum_buffer", torch.zeros_like(p))
+                        buf = v(st.setdefault("momentum_buffer", torch.zeros_like(p)))
                         buf.mul_(g["momentum"]).add_(d)
                         d = buf
-                    p.add_(d, alpha=-g["lr"])
+                    x.add_(d, alpha=-g["lr"])
         return loss
 
 

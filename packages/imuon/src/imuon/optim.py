@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -28,15 +29,12 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-try:  # FSDP2 / DTensor-sharded parameters (absent on builds without torch.distributed)
-    from torch.distributed.tensor import DTensor, distribute_tensor
-except ImportError:  # pragma: no cover
-    DTensor = distribute_tensor = None
-
 from shared_core.manifolds import SPD, Factors, FixedRankFactored, Grassmann, Stiefel
 from shared_core.polar import powm_sym
 
+from .geoopt_compat import geoopt_kind
 from .lmo import (
+    balanced_gauge,
     euclidean_lmo,
     fixed_rank_frames,
     fixed_rank_lmo_of_blocks,
@@ -44,12 +42,15 @@ from .lmo import (
     rsolve_triangular,
     spd_lmo,
     stiefel_lmo,
+    triangular_inverse,
+    use_inverse,
 )
 from .norms import POLAR_METHODS, parse_norm
 
 __all__ = ["MANIFOLDS", "IMuon", "tag"]
 
-MANIFOLDS = ("auto", "euclidean", "stiefel", "grassmann", "spd", "fixed_rank", "adamw")
+MANIFOLDS = ("auto", "euclidean", "stiefel", "grassmann", "spd", "sphere", "fixed_rank", "adamw")
+_CONSTRAINED = ("stiefel", "grassmann", "spd", "sphere")
 _TAG = "imuon_manifold"
 _LOW_PRECISION_TOL = 5e-2
 
@@ -65,8 +66,8 @@ def tag(param: Tensor, manifold: str) -> Tensor:
     if manifold not in MANIFOLDS or manifold in ("auto", "fixed_rank"):
         raise ValueError(
             f"cannot tag a single tensor with manifold {manifold!r}; use one of "
-            "'euclidean', 'stiefel', 'grassmann', 'spd', 'adamw' (fixed_rank pairs need a "
-            "param group with manifold='fixed_rank')"
+            "'euclidean', 'stiefel', 'grassmann', 'spd', 'sphere', 'adamw' (fixed_rank pairs "
+            "need a param group with manifold='fixed_rank')"
         )
     setattr(param, _TAG, manifold)
     return param
@@ -77,9 +78,32 @@ def _frame(t: Tensor) -> Tensor:
     return t if t.shape[-2] >= t.shape[-1] else t.mT
 
 
+def _matrix(kind: str, t: Tensor) -> Tensor:
+    """The matrix view a manifold step works on: SPD as it is, a sphere vector as the single
+    column of a Stiefel(n, 1) frame, Stiefel/Grassmann tall (:func:`_frame`). A view, so
+    in-place updates reach ``t``."""
+    if kind == "spd":
+        return t
+    if kind == "sphere":
+        return t.unsqueeze(-1)
+    return _frame(t)
+
+
+def _dtensor_cls() -> type | None:
+    """torch's DTensor class if ``torch.distributed.tensor`` is already imported, else None.
+
+    A parameter can only be a DTensor once that module is loaded (FSDP2 loads it), so IMuon
+    never imports it itself: the import pulls in sympy and costs ~3 s of CPU, more than
+    ``import imuon`` otherwise does.
+    """
+    mod = sys.modules.get("torch.distributed.tensor")
+    return getattr(mod, "DTensor", None)
+
+
 def _full(t: Tensor) -> Tensor:
     """The whole tensor behind a DTensor (an all-gather); a plain tensor as it is."""
-    return t.full_tensor() if DTensor is not None and isinstance(t, DTensor) else t
+    dtensor = _dtensor_cls()
+    return t.full_tensor() if dtensor is not None and isinstance(t, dtensor) else t
 
 
 def _out(buf: Tensor, like: Tensor) -> Tensor | None:
@@ -131,28 +155,43 @@ class IMuon(Optimizer):
       ``stiefel_metric`` ``"euclidean"`` or ``"canonical"``; polar (default) or QR retraction.
     - ``"grassmann"``: subspaces (basis-invariant steps, polar retraction).
     - ``"spd"``: affine-invariant metric, exponential-map update (always SPD).
+    - ``"sphere"``: a unit vector, stepped as the single column of a Stiefel(n, 1) frame.
     - ``"fixed_rank"``: the group's params come in pairs ``(A, B)`` with ``X = A B^T``
       (``factor_layout="AB"``: ``A`` (m, r), ``B`` (n, r)) or peft's ``(lora_B, lora_A)``
       (``factor_layout="peft"``: ``(out, r)`` and ``(r, in)``, ``X = lora_B @ lora_A``).
     - ``"euclidean"``: plain Muon-family step (``L = I``) on a matrix.
     - ``"adamw"``: AdamW with ``adamw_*`` options.
-    - ``"auto"`` (default): a tensor tagged by :func:`tag` goes to its manifold, other 2-D
-      tensors to ``"euclidean"``, everything else to ``"adamw"``.
+    - ``"auto"`` (default): a tensor tagged by :func:`tag` goes to its manifold, a
+      ``geoopt.ManifoldParameter`` to its geoopt manifold's counterpart (Stiefel with its
+      metric, Sphere, SymmetricPositiveDefinite; other geoopt manifolds are refused, see
+      :mod:`imuon.geoopt_compat`), other 2-D tensors to ``"euclidean"``, everything else to
+      ``"adamw"``.
 
     Args:
         params: tensors or param groups (any option below may be set per group).
         lr: step length in the intrinsic norm (Muon groups: scaled by ``lr_scale``).
-        momentum: :math:`\beta \in [0, 1)`; the buffer lives in the tangent space.
-        nesterov: use :math:`(1 - \beta)\Gamma + \beta m` as the LMO input.
-        norm: ``"spectral" | "frobenius" | "nuclear" | ("schatten", p)``.
         weight_decay: decoupled; Euclidean ``x <- (1 - lr wd) x``; fixed rank scales both
             factors by :math:`\sqrt{1 - \eta\lambda}` (so ``A B^T`` by :math:`1 - \eta\lambda`);
             SPD moves along the geodesic to ``I``: :math:`X \to X^{1 - \eta\lambda}`. Stiefel
-            and Grassmann have no decay (must be 0).
+            and Grassmann have no decay (must be 0). (torch.optim.Muon's default is 0.1;
+            IMuon's is 0, as the manifold groups have nothing or something else to decay.)
+        momentum: :math:`\beta \in [0, 1)`; the buffer lives in the tangent space.
+        nesterov: use :math:`(1 - \beta)\Gamma + \beta m` as the LMO input.
+        norm: ``"spectral" | "frobenius" | "nuclear" | ("schatten", p)``. This and every
+            later option are keyword-only: the positional order ``(params, lr, weight_decay,
+            momentum, nesterov)`` is torch.optim.Muon's, and torch's next positional
+            arguments (``ns_coefficients``, ...) have no IMuon counterpart, so passing them
+            positionally is a ``TypeError`` rather than a silently different option.
         manifold: see above.
         stiefel_metric, retraction: Stiefel options (``retraction`` ``"polar"``/``"qr"``).
         fixed_rank_lift: ``"horizontal"`` (quotient, default) or ``"total"`` (factor space).
         factor_layout: ``"AB"`` or ``"peft"`` (fixed rank).
+        rebalance_every: fixed rank: every this many steps of a pair, replace its factors by
+            the balanced ones of the same product (:func:`imuon.lmo.balanced_gauge`: equal Gram
+            matrices) and move its momentum buffer by the same gauge. The step is
+            gauge-covariant, so the product's trajectory does not change (to rounding); in
+            float32/bf16 it keeps the factors from drifting into an ill-conditioned gauge,
+            whose condition number multiplies the round-off of every step. 0 (default): never.
         polar: polar route of the spectral LMO: ``"auto"``, ``"svd"``, ``"gram"`` or a
             Newton-Schulz table (see :func:`imuon.norms.resolve_polar`).
         polar_dtype: Newton-Schulz dtype (``None``: float32 on CPU, bf16 on CUDA;
@@ -191,16 +230,17 @@ class IMuon(Optimizer):
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
         lr: float = 0.02,
+        weight_decay: float = 0.0,
         momentum: float = 0.95,
         nesterov: bool = True,
-        norm: object = "spectral",
-        weight_decay: float = 0.0,
         *,
+        norm: object = "spectral",
         manifold: str = "auto",
         stiefel_metric: str = "euclidean",
         retraction: str = "polar",
         fixed_rank_lift: str = "horizontal",
         factor_layout: str = "AB",
+        rebalance_every: int = 0,
         polar: str = "auto",
         polar_dtype: torch.dtype | None = None,
         scaling: str = "lmo",
@@ -222,6 +262,7 @@ class IMuon(Optimizer):
             retraction=retraction,
             fixed_rank_lift=fixed_rank_lift,
             factor_layout=factor_layout,
+            rebalance_every=rebalance_every,
             polar=polar,
             polar_dtype=polar_dtype,
             scaling=scaling,
@@ -294,7 +335,7 @@ class IMuon(Optimizer):
             raise ValueError(f"invalid weight_decay: {wd!r} (need a finite number >= 0)")
         if g["manifold"] not in MANIFOLDS:
             raise ValueError(f"invalid manifold: {g['manifold']!r} (use one of {MANIFOLDS})")
-        if g["manifold"] in ("stiefel", "grassmann") and wd != 0:
+        if g["manifold"] in ("stiefel", "grassmann", "sphere") and wd != 0:
             raise ValueError(
                 f"weight_decay={wd!r} on manifold {g['manifold']!r}: the constraint fixes the "
                 "scale, so there is nothing to decay; set weight_decay=0 for this group"
@@ -314,6 +355,9 @@ class IMuon(Optimizer):
             raise ValueError(
                 f"invalid polar_dtype: {g['polar_dtype']!r} (None, float32, float64, bfloat16)"
             )
+        k = g["rebalance_every"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"invalid rebalance_every: {k!r} (need an int >= 0; 0: never)")
         alr = g["adamw_lr"]
         if not isinstance(alr, (int, float)) or not math.isfinite(alr) or alr < 0:
             raise ValueError(f"invalid adamw_lr: {alr!r}")
@@ -331,16 +375,40 @@ class IMuon(Optimizer):
 
     def _kind(self, group: dict[str, Any], p: Tensor) -> str:
         kind = group["manifold"]
+        geo = geoopt_kind(p)  # a geoopt ManifoldParameter's own manifold (or a clear refusal)
         if kind == "auto":
-            kind = getattr(p, _TAG, None) or ("euclidean" if p.ndim == 2 else "adamw")
+            kind = (
+                getattr(p, _TAG, None)
+                or (geo.manifold if geo is not None else None)
+                or ("euclidean" if p.ndim == 2 else "adamw")
+            )
+        elif geo is not None and geo.manifold is not None and geo.manifold != kind:
+            raise ValueError(
+                f"a geoopt {type(p.manifold).__name__} parameter is in a group with "
+                f"manifold={kind!r}: its steps would leave the manifold; put it in a group "
+                f"with manifold={geo.manifold!r} or 'auto'"
+            )
         if kind in ("stiefel", "grassmann", "spd", "euclidean") and p.ndim != 2:
             raise ValueError(f"manifold {kind!r} needs 2-D parameters; got shape {tuple(p.shape)}")
+        if kind == "sphere" and p.ndim != 1:
+            raise ValueError(f"manifold 'sphere' needs 1-D parameters; got shape {tuple(p.shape)}")
         return kind
 
-    def _manifold(self, group: dict[str, Any], kind: str, x: Tensor):
+    @staticmethod
+    def _metric(group: dict[str, Any], p: Tensor) -> str:
+        """The Stiefel metric of ``p``: a geoopt manifold's own, else the group's option."""
+        geo = geoopt_kind(p)
+        return (
+            geo.stiefel_metric
+            if geo is not None and geo.stiefel_metric
+            else group["stiefel_metric"]
+        )
+
+    def _manifold(self, group: dict[str, Any], kind: str, x: Tensor, metric: str | None = None):
         n, p = x.shape[-2:]
-        if kind == "stiefel":
-            return Stiefel(n, p, metric=group["stiefel_metric"], retraction=group["retraction"])
+        if kind in ("stiefel", "sphere"):
+            metric = metric or group["stiefel_metric"]
+            return Stiefel(n, p, metric=metric, retraction=group["retraction"])
         if kind == "grassmann":
             return Grassmann(n, p)
         if kind == "spd":
@@ -377,20 +445,27 @@ class IMuon(Optimizer):
             for a, b in self._pairs(group):
                 x = self._fr_point(group, _full(a), _full(b))
                 FixedRankFactored(x[0].shape[0], x[1].shape[0], x[0].shape[1]).check_point(x)
+                for t in (a, b):
+                    geo = geoopt_kind(t)
+                    if geo is not None and geo.manifold is not None:
+                        raise ValueError(
+                            f"a geoopt {type(t.manifold).__name__} parameter cannot be a "
+                            "fixed_rank factor"
+                        )
             return
         for p in group["params"]:
             kind = self._kind(group, p)
-            if kind in ("stiefel", "grassmann", "spd"):
+            if kind in _CONSTRAINED:
+                metric = self._metric(group, p)
                 p = _full(p)
-                x = _frame(p) if kind != "spd" else p
-                x = x.to(_work_dtype(p))
+                x = _matrix(kind, p).to(_work_dtype(p))
                 # A bf16/fp16 point is rounded off the manifold by ~eps(bf16) = 8e-3; accept
                 # that much, and start the float32 master at the nearest manifold point.
                 tol = None if p.dtype in (torch.float32, torch.float64) else _LOW_PRECISION_TOL
-                self._manifold(group, kind, x).check_point(x, atol=tol, rtol=tol)
+                self._manifold(group, kind, x, metric).check_point(x, atol=tol, rtol=tol)
 
     # ------------------------------------------------------------------ state helpers
-    def _master(self, p: Tensor, manifold=None) -> Tensor:
+    def _master(self, p: Tensor, manifold=None, kind: str = "") -> Tensor:
         """The float32/float64 tensor the update is computed on (``p`` itself when possible).
 
         A low-precision point on a manifold is projected (``manifold.proj``: polar factor,
@@ -402,7 +477,7 @@ class IMuon(Optimizer):
         if "master" not in st:
             m = p.detach().to(torch.float32)
             if manifold is not None:
-                view = m if manifold.__class__ is SPD else _frame(m)
+                view = _matrix(kind, m)
                 view.copy_(manifold.proj(view))
             st["master"] = m
         return st["master"]
@@ -431,11 +506,12 @@ class IMuon(Optimizer):
         shard of the result. The optimizer state of a sharded parameter is held in full.
         """
         work: dict[Tensor, Tensor] = {}
-        if DTensor is None:
+        dtensor = _dtensor_cls()
+        if dtensor is None:
             return work
         for group in self.param_groups:
             for p in group["params"]:
-                if isinstance(p, DTensor):
+                if isinstance(p, dtensor):
                     full = p.full_tensor().detach()
                     work[p] = full
                     self._owners[id(full)] = p
@@ -445,6 +521,10 @@ class IMuon(Optimizer):
 
     @staticmethod
     def _scatter(work: dict[Tensor, Tensor]) -> None:
+        if not work:
+            return
+        from torch.distributed.tensor import distribute_tensor  # loaded: work holds DTensors
+
         for p, full in work.items():
             # src_data_rank=None: every rank slices its own shard, no communication.
             shard = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
@@ -540,7 +620,7 @@ class IMuon(Optimizer):
                 elif kind == "euclidean":
                     self._step_euclidean(group, q)
                 else:
-                    self._step_manifold(group, kind, q)
+                    self._step_manifold(group, kind, q, self._metric(group, p))
         self._scatter(self._work)
         return loss
 
@@ -573,19 +653,16 @@ class IMuon(Optimizer):
         )
         self._writeback(p, x)
 
-    def _step_manifold(self, group, kind: str, p: Tensor) -> None:
-        M = self._manifold(group, kind, p if kind == "spd" else _frame(p))
-        master = self._master(p, M)
-        view = master if kind == "spd" else _frame(master)
-        g = self._grad(p)
-        g = g if kind == "spd" else _frame(g)
+    def _step_manifold(self, group, kind: str, p: Tensor, metric: str) -> None:
+        M = self._manifold(group, kind, _matrix(kind, p), metric)
+        master = self._master(p, M, kind)
+        view = _matrix(kind, master)
+        g = _matrix(kind, self._grad(p))
         self._count(p)
-        buf_full = self._buf(p, master)
-        buf = buf_full if kind == "spd" else _frame(buf_full)
+        buf = _matrix(kind, self._buf(p, master))
         d = self._direction(group, buf, M.egrad2rgrad(view, g))
         dual = group["scaling"] == "dual"
-        if kind == "stiefel":
-            metric = group["stiefel_metric"]
+        if kind in ("stiefel", "sphere"):
             xi = stiefel_lmo(
                 view, d, group["norm"], metric, group["polar"], dual, group["polar_dtype"]
             )
@@ -619,8 +696,14 @@ class IMuon(Optimizer):
         # projection and one pair of triangular solves back to the factors per step.
         frames = fixed_rank_frames(x)
         qa, ra, qb, rb = frames
-        g_a = rsolve_triangular(rb, ga, upper=True)
-        g_b = rsolve_triangular(ra, gb, upper=True)
+        # Each R enters three solves (gradient lift, momentum store, way back): for tall
+        # factors one float64 inverse of the r x r factor serves all three as GEMMs (the
+        # machine-robust route, see imuon.lmo.triangular_inverse).
+        tall = use_inverse(ma.shape[0], ma.shape[1]) and use_inverse(vb.shape[0], vb.shape[1])
+        inv = (triangular_inverse(ra), triangular_inverse(rb)) if tall else None
+        ia, ib = inv if inv is not None else (None, None)
+        g_a = rsolve_triangular(rb, ga, upper=True, inverse=ib)
+        g_b = rsolve_triangular(ra, gb, upper=True, inverse=ia)
         # The buffer is horizontal at the previous point; its lift here, projected, is the
         # transport (it stays right if the factors were changed between steps).
         beta = group["momentum"]
@@ -654,8 +737,14 @@ class IMuon(Optimizer):
             blocks = [(qa @ (kd - kda)).add_(d_a), (qb @ (kd.mT - kdb)).add_(d_b)]
         else:
             blocks = [m_a, m_b]  # the horizontal direction is the momentum itself
-        _store(buf_a, rsolve_triangular(rb.mT, m_a, upper=False, out=_out(buf_a, m_a)))
-        _store(buf_b, rsolve_triangular(ra.mT, m_b, upper=False, out=_out(buf_b, m_b)))
+        ib_t = None if ib is None else ib.mT
+        ia_t = None if ia is None else ia.mT
+        _store(
+            buf_a, rsolve_triangular(rb.mT, m_a, upper=False, out=_out(buf_a, m_a), inverse=ib_t)
+        )
+        _store(
+            buf_b, rsolve_triangular(ra.mT, m_b, upper=False, out=_out(buf_b, m_b), inverse=ia_t)
+        )
         xi = fixed_rank_lmo_of_blocks(
             frames,
             blocks,
@@ -664,6 +753,7 @@ class IMuon(Optimizer):
             group["polar"],
             group["scaling"] == "dual",
             group["polar_dtype"],
+            inv,
         )
         # x <- x + lr xi in place (ma, vb are the factors of x; xi no longer needs them).
         ma.add_(xi.A, alpha=group["lr"])
@@ -672,6 +762,14 @@ class IMuon(Optimizer):
             s = math.sqrt(max(0.0, 1 - group["lr"] * group["weight_decay"]))
             ma.mul_(s)
             vb.mul_(s)
+        every = group["rebalance_every"]
+        if every and self._state(a)["step"] % every == 0:
+            # the buffer is a tangent pair at the previous point; a gauge acts on it by the
+            # same M whatever the point, so the next step's transport stays covariant
+            for dst, src in zip(
+                (ma, vb, buf_a, buf_b), balanced_gauge(ma, vb, buf_a, buf_b), strict=True
+            ):
+                dst.copy_(src)
         self._writeback(a, ma)
         self._writeback(b, mb)
 
@@ -699,6 +797,9 @@ class IMuon(Optimizer):
         """As torch's, but float32 masters and buffers of bf16 parameters stay float32."""
         saved = copy.deepcopy(state_dict["state"])
         super().load_state_dict(state_dict)
+        for group in self.param_groups:  # a checkpoint from before an option was added
+            for key, value in self.defaults.items():
+                group.setdefault(key, value)
         ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
         for pid, p in zip(ids, params, strict=True):

@@ -53,7 +53,8 @@ Any Hugging Face causal LM: ``python -m imuon.experiments.lora --model NAME [--q
 [--allow-download] [--device cuda]`` (needs the ``lm`` extra: transformers, peft) runs the same
 comparison on that model: no pretraining stage (it is pretrained already), peft LoRA on every
 linear layer but the head, the shifted chain written with ``VOCAB`` of its token ids and the
-loss restricted to them, ScaledGD left out (it needs the ``(A, B)`` factor layout). Weights are
+loss restricted to them, ScaledGD left out (it was written for the ``(A, B)`` layout when this
+path was added; it now takes peft's too, but the path's runs are kept as they were). Weights are
 read from the local Hugging Face cache unless ``--allow-download`` is given.
 
 Verdict. With ``start`` the eval loss before finetuning, ``oracle`` as above, ``L(m, k)`` the
@@ -212,19 +213,19 @@ def add_lora(
             layer.bias.requires_grad_(False)
             M = conditioned(rank, kappa, gen)
             with torch.no_grad():
-                a, b = layer.lora_A.double(), layer.lora_B.double()
-                layer.lora_A.copy_(a @ M)
-                layer.lora_B.copy_(torch.linalg.solve(M, b.mT).mT)
+                # (B, A) -> (B M, M^-1 A): the same product B A, factors conditioned like M
+                b, a = layer.lora_B.double(), layer.lora_A.double()
+                layer.lora_B.copy_(b @ M)
+                layer.lora_A.copy_(torch.linalg.solve(M, a))
             setattr(blk, name, layer)
             layers.append(layer)
     return layers
 
 
-def make_opt(method: str, pairs, lr: float, layout: str = "AB") -> torch.optim.Optimizer:
+def make_opt(method: str, pairs, lr: float, layout: str = "peft") -> torch.optim.Optimizer:
     """The optimizer of ``method`` over LoRA ``pairs`` (tuples of two factor tensors):
-    ``layout="AB"``: ``(A (out, r), B (in, r))`` as in :class:`LoRALinear`; ``"peft"``:
-    ``(lora_B.weight (out, r), lora_A.weight (r, in))`` as found by
-    :func:`imuon.lora.find_lora_pairs`."""
+    ``layout="peft"``: ``(lora_B (out, r), lora_A (r, in))`` as in :class:`LoRALinear` and as
+    found by :func:`imuon.lora.find_lora_pairs`; ``"AB"``: ``(A (m, r), B (n, r))``."""
     flat = [t for pair in pairs for t in pair]
     if method == "iMuon":
         group = {"params": flat, "manifold": "fixed_rank"}
@@ -232,13 +233,24 @@ def make_opt(method: str, pairs, lr: float, layout: str = "AB") -> torch.optim.O
             group["factor_layout"] = "peft"
         return IMuon([group], lr=lr)
     if method == "per-factor Muon":
-        return IMuon(flat, lr=lr, manifold="euclidean")
+        # Muon on the factors A (m, r), B (n, r) of X = A B^T, with torch's rate rule
+        # lr sqrt(max(1, rows / cols)) read in that orientation (the polar factor is
+        # transpose-equivariant, so only the rate depends on it). peft stores B as lora_A
+        # (r, in), where the rule would give 1 instead of sqrt(in / r): those factors get a
+        # group of their own at the (in, r) orientation's rate, so both layouts take the same
+        # steps (and the published runs, made in the (A, B) layout, stay reproducible).
+        rates: dict[float, list] = {}
+        for first, second in pairs:
+            rates.setdefault(1.0, []).append(first)
+            rows, cols = second.shape
+            scale = math.sqrt(max(1.0, cols / rows)) if layout == "peft" else 1.0
+            rates.setdefault(scale, []).append(second)
+        groups = [{"params": ps, "lr": lr * s} for s, ps in rates.items()]
+        return IMuon(groups, lr=lr, manifold="euclidean")
     if method == "AdamW (factors)":
         return torch.optim.AdamW(flat, lr=lr, weight_decay=0.0)
     if method == "ScaledGD":
-        if layout != "AB":
-            raise ValueError("the ScaledGD baseline needs (A (m, r), B (n, r)) pairs")
-        return ScaledGD(flat, lr=lr, momentum=0.9, damping=1e-6)
+        return ScaledGD(flat, lr=lr, momentum=0.9, damping=1e-6, factor_layout=layout)
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -283,7 +295,7 @@ def finetune(
     model = TinyGPT(**cfg).to(dtype)
     model.load_state_dict(state)
     layers = add_lora(model, rank, kappa, seed, gauge)
-    opt = make_opt(method, [(la.lora_A, la.lora_B) for la in layers], lr)
+    opt = make_opt(method, [(la.lora_B, la.lora_A) for la in layers], lr)
     return train_curve(model, opt, lm_loss, seed, ft, ev, steps, every, batch)
 
 
@@ -588,7 +600,7 @@ def run_hf(
 ) -> ExperimentResult:
     """The comparison on a Hugging Face causal LM (already pretrained: no pretraining stage);
     the finetuning task is the shifted chain written with :func:`token_ids` of its vocabulary.
-    ScaledGD is left out (it needs the ``(A, B)`` factor layout).
+    ScaledGD is left out (as when this path was first run).
 
     The model is finetuned in ``dtype``, float64 by default, as the in-run experiment is: the
     gauge of condition ``kappa`` is applied by rounding ``B M`` and ``M^{-1} A`` to ``dtype``,
