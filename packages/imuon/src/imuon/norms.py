@@ -185,6 +185,26 @@ def dual_scale(blocks: Sequence[Tensor], ds: Sequence[Tensor]) -> list[Tensor]:
     return [d * dual for d in ds]
 
 
+def _joint_rank_cut(blocks: Sequence[Tensor], ds: list[Tensor]) -> list[Tensor]:
+    """Zero the polar factor of a block that is round-off next to the largest block.
+
+    The blocks are one block-diagonal matrix, so one numerical-rank rule applies to all of
+    them: a block whose scale is at most ``max(rows, cols) * eps`` times the largest block's is
+    zero up to rounding (e.g. the skew block ``X^T G`` of a Stiefel gradient whose exact value is
+    0), and its polar factor would be a unit-size step in a direction rounding picked. Each
+    block alone cannot see this: its own relative cut keeps its noise. No host sync.
+    """
+    if len(blocks) < 2:
+        return ds
+    # the largest entry as each block's scale: unlike a norm it cannot overflow on finite input
+    norms = torch.stack([b.abs().amax(dim=(-2, -1)) for b in blocks])
+    rows = sum(b.shape[-2] for b in blocks)
+    cols = sum(b.shape[-1] for b in blocks)
+    eps = max(torch.finfo(b.dtype).eps for b in blocks)
+    keep = norms > max(rows, cols) * eps * norms.amax(dim=0)
+    return [d * keep[i].to(d.dtype)[..., None, None] for i, d in enumerate(ds)]
+
+
 def block_lmo(
     blocks: Sequence[Tensor],
     norm: object,
@@ -212,7 +232,7 @@ def block_lmo(
     """
     spec = parse_norm(norm)
     if math.isinf(spec.p):
-        return [-_polar(b, polar, polar_dtype) for b in blocks]
+        return _joint_rank_cut(blocks, [-_polar(b, polar, polar_dtype) for b in blocks])
     if spec.p == 2:
         total = torch.sqrt(sum((b * b).sum() for b in blocks))
         scale = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
