@@ -137,3 +137,56 @@ def test_pursuit_grows_to_the_planted_rule_and_lowers_the_loss():
     assert (e.terms[1].feature, e.terms[1].op, e.terms[1].factor) == ("later_cost", "log", None)
     c_cur, c_later = e.terms[0].coef, e.terms[1].coef
     assert c_cur < 0 and abs(c_later / -c_cur - 0.1) < 0.02
+
+
+class _Hostile:
+    """Wraps a proposer: every request also gets programs that validate but fail when run
+    (infinite output, a loop past the time limit)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def propose(self, req):
+        bad = [
+            compile_program("def score(s):\n    return 1 / (s.d_cur * 0)", "inf"),
+            compile_program(
+                "def score(s):\n    a = 0\n    for i in range(1000):\n        for j in range(1000):"
+                "\n            a = a + s.d_cur\n    return a",
+                "slow",
+                time_limit=0.05,
+            ),
+        ]
+        return bad + self.inner.propose(req)
+
+
+class _Raising:
+    def propose(self, req):
+        from epb.programs import ProgramError
+
+        raise ProgramError("a proposer that raises")
+
+
+def _run(prop, seed=4):
+    torch.manual_seed(0)
+    train, val = banks(seed, n=8)
+    port = Portfolio([expr_prog(Expr([Term(-1.0, "id", "d_cur")]), "nearest")])
+    return evolve(port, train, val, prop, iterations=1, max_programs=3)
+
+
+def test_evolve_counts_rejections_and_carries_on():
+    """Hostile candidates are rejected, counted and logged; the run is otherwise the run without
+    them (every honest decision identical)."""
+    p0, h0 = _run(ExpressionProposer(seed=2, candidates=2))
+    p1, h1 = _run(_Hostile(ExpressionProposer(seed=2, candidates=2)))
+    assert h0.rejected == 0 and h1.rejected >= 4  # two per request: Block I and boosting
+    assert sum("rejected a candidate" in line for line in h1.log) == h1.rejected
+    assert any("infinite" in line for line in h1.log)
+    assert any("time limit" in line for line in h1.log)
+    assert [p.source for p in p1.programs] == [p.source for p in p0.programs]
+    assert h1.records == h0.records
+
+
+def test_a_raising_proposer_costs_its_requests_only():
+    port, hist = _run(_Raising())
+    assert hist.rejected == 2  # one Block I request, one boosting request
+    assert [p.name for p in port.programs] == ["nearest"]

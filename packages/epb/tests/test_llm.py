@@ -21,6 +21,18 @@ GOOD = (
 )
 
 
+HOSTILE = [
+    "```python\ndef score(s):\n    return " + "-" * 9000 + "s.d_cur\n```",
+    "```python\ndef score(s):\n    return 1 / (s.d_cur * 0)\n```",
+    "```python\ndef score(s):\n    for i in range(10):\n        pass\n"
+    "    return i ** (i ** i)\n```",
+    "```python\nimport os\ndef score(s):\n    return 1\n```",
+    "```python\ndef score(s):\n    a = 0\n    for i in range(1000):\n"
+    "        for j in range(1000):\n            for k in range(1000):\n"
+    "                a = a + 1\n    return a\n```",
+]
+
+
 class Handler(BaseHTTPRequestHandler):
     mode = "good"
     seen: ClassVar[list] = []
@@ -48,6 +60,9 @@ class Handler(BaseHTTPRequestHandler):
                 "bad_program": "```python\nimport os\ndef score(s):\n    return 1\n```",
             }.get(mode)
             reply = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+            if mode == "hostile":
+                texts = [GOOD, *HOSTILE]
+                reply = {"choices": [{"message": {"content": t}} for t in texts]}
             if mode == "no_choices":
                 reply = {"error": "nope"}
             payload = json.dumps(reply).encode()
@@ -126,3 +141,14 @@ def test_connection_refused_and_config_errors(request_, monkeypatch):
         LLMProposer()
     monkeypatch.setenv("EPB_LLM_BASE_URL", "http://x/v1")
     assert LLMProposer().base_url == "http://x/v1"
+
+
+def test_hostile_replies_are_counted_and_the_good_one_kept(server, request_):
+    """Several completions in one reply: one honest, the rest hostile; nothing raises."""
+    Handler.mode = "hostile"
+    prop = LLMProposer(base_url=server, timeout=5, samples=len(HOSTILE) + 1)
+    out = prop.propose(request_)
+    assert [p.origin for p in out] == ["llm"] and "min_to_visited" in out[0].source
+    assert prop.rejected == len(HOSTILE) and len(prop.errors) == len(HOSTILE)
+    for reason in ("nested", "non-finite", "OverflowError", "imports", "time limit"):
+        assert any(reason in e for e in prop.errors), (reason, prop.errors)

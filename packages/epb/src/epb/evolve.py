@@ -17,6 +17,11 @@ added if the validation KL drops. *Pruning*: programs are tried for removal in o
 router weight (and duplicates, whose greedy choices agree with another program's on almost all
 states); a removal is kept when validation agreement drops by at most ``tol`` and the KL rises
 by at most ``tol``.
+
+**Rejections.** Every candidate is scored on the training and validation banks (in the
+sandbox, :mod:`epb.sandbox`) before anything is built around it; one that fails there, or later,
+or a proposer that raises, costs only itself: the :class:`~epb.programs.ProgramError` is
+counted in :attr:`History.rejected`, logged in :attr:`History.log`, and the loop carries on.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from torch import Tensor
 
 from .features import FEATURES
 from .portfolio import NEG, Portfolio, StateBank, kl_per_state, masked_log_softmax
-from .programs import Program
+from .programs import Program, ProgramError, evaluate
 from .proposers import FeedbackItem, ProposalRequest
 
 FIT_STEPS = 150
@@ -109,6 +114,12 @@ class History:
 
     records: list[dict] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    #: candidates that raised :class:`~epb.programs.ProgramError` (logged, then skipped)
+    rejected: int = 0
+
+    def reject(self, where: str, err: ProgramError) -> None:
+        self.rejected += 1
+        self.log.append(f"{where}: rejected a candidate: {err}")
 
     def record(self, stage: str, port: Portfolio, val: StateBank, train: StateBank | None = None):
         fid = port.fidelity(val)
@@ -124,6 +135,28 @@ class History:
         return row
 
 
+def _propose(proposer, req: ProposalRequest, hist: History, where: str) -> list[Program]:
+    try:
+        return list(proposer.propose(req))
+    except ProgramError as e:  # proposers should not raise; one that does costs one request
+        hist.reject(where, e)
+        return []
+
+
+def _admit(cand: Program, banks, hist: History, where: str) -> bool:
+    """Score ``cand`` on every bank (filling their caches) before anything is built around it,
+    so a rejected candidate leaves no trace, not even a draw from the random stream."""
+    for bank in banks:
+        if cand.source in bank.cache:
+            continue
+        (g,) = evaluate([cand], bank.feats)
+        if isinstance(g, ProgramError):
+            hist.reject(where, g)
+            return False
+        bank.cache[cand.source] = g.detach()
+    return True
+
+
 def block_one(
     port: Portfolio, train: StateBank, val: StateBank, proposer, hist: History, tol: float = 1e-4
 ) -> Portfolio:
@@ -132,11 +165,17 @@ def block_one(
         req = program_request(port, k, train)
         base = port.fidelity(val)["kl"]
         best, best_kl = None, base - tol
-        for cand in proposer.propose(req):
-            if cand.source == port.programs[k].source:
+        for cand in _propose(proposer, req, hist, "block I"):
+            if cand.source == port.programs[k].source or not _admit(
+                cand, (train, val), hist, "block I"
+            ):
                 continue
-            new = replace_program(port, k, cand, train)
-            kl = new.fidelity(val)["kl"]
+            try:  # a program may pass the proposer's trial run and still fail on the banks
+                new = replace_program(port, k, cand, train)
+                kl = new.fidelity(val)["kl"]
+            except ProgramError as e:
+                hist.reject("block I", e)
+                continue
             if kl < best_kl:
                 best, best_kl = new, kl
         name = port.programs[k].name
@@ -211,13 +250,19 @@ def boost(
     )
     base = port.fidelity(val)["kl"]
     best, best_kl = None, base
-    for cand in proposer.propose(req):
+    for cand in _propose(proposer, req, hist, "block II"):
         cand.name = name
+        if not _admit(cand, (train, val), hist, "block II"):
+            continue
         new = port.clone_with([*list(port.programs), cand])
         with torch.no_grad():
             new.log_beta[-1] = 0.0 if cand.expr is not None else new.log_beta[-1]
-        new.fit(train, steps=FIT_STEPS)
-        kl = new.fidelity(val)["kl"]
+        try:
+            new.fit(train, steps=FIT_STEPS)
+            kl = new.fidelity(val)["kl"]
+        except ProgramError as e:
+            hist.reject("block II", e)
+            continue
         if kl < best_kl or (force and best is None):
             best, best_kl = new, kl
     if best is None:

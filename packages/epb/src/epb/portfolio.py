@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from .features import FEATURES, node_features, router_features
 from .problems import Instances, RolloutState
-from .programs import Program
+from .programs import Program, ProgramError, evaluate
 from .rollout import rollout, start_nodes
 
 
@@ -229,12 +229,12 @@ class Portfolio(nn.Module):
 
     def program_scores(self, bank: StateBank) -> Tensor:
         """``(S, K, n)`` program scores (cached per bank and program)."""
-        out = []
-        for p in self.programs:
-            if p.source not in bank.cache:
-                bank.cache[p.source] = p.scores(bank.feats).detach()
-            out.append(bank.cache[p.source])
-        return torch.stack(out, 1)
+        todo = list({p.source: p for p in self.programs if p.source not in bank.cache}.values())
+        for p, g in zip(todo, evaluate(todo, bank.feats), strict=True):  # one sandbox batch
+            if isinstance(g, ProgramError):
+                raise g
+            bank.cache[p.source] = g.detach()
+        return torch.stack([bank.cache[p.source] for p in self.programs], 1)
 
     def program_log_probs(self, bank: StateBank, scores: Tensor | None = None) -> Tensor:
         """``(S, K, n)`` per-program log-distributions."""
@@ -299,7 +299,7 @@ class Portfolio(nn.Module):
             torch.zeros_like(feats["d_cur"]),
             torch.zeros(len(mask)),
         )
-        scores = torch.stack([p.scores(feats) for p in self.programs], 1)
+        scores = torch.stack(_all_scores(self.programs, feats), 1)
         return self.log_probs(bank, scores)
 
     def bind(self, inst: Instances, repeats: int = 1):
@@ -319,6 +319,14 @@ class Portfolio(nn.Module):
                 if p in self.programs:
                     new.log_beta[i] = self.log_beta[self.programs.index(p)]
         return new
+
+
+def _all_scores(programs: list[Program], feats: dict[str, Tensor]) -> list[Tensor]:
+    out = evaluate(programs, feats)
+    for g in out:
+        if isinstance(g, ProgramError):
+            raise g
+    return out
 
 
 def program_rollout(program: Program, beta: float = 1.0):

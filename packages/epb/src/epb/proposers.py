@@ -12,8 +12,10 @@ if validation fidelity improves, so a proposer may return anything (or nothing).
   rendered as Python with :func:`ast.unparse`.
 * :class:`LLMProposer`: an OpenAI-compatible chat endpoint (``/chat/completions``) prompted with
   the program and the feedback (templates in ``epb/prompts``); replies are parsed for a
-  ```` ```python ```` block and validated. HTTP errors, timeouts, malformed JSON, missing code
-  and invalid programs are recorded in :attr:`LLMProposer.errors` and yield no candidate.
+  ```` ```python ```` block, validated and trial-run in the sandbox (one batch for all the
+  samples). HTTP errors, timeouts, malformed JSON, missing code and refused or failing programs
+  are recorded in :attr:`LLMProposer.errors` (refused programs also counted in
+  :attr:`LLMProposer.rejected`) and yield no candidate; nothing a reply holds can raise.
 
 Example:
     >>> e = Expr([Term(-1.0, "id", "d_cur")])
@@ -41,7 +43,7 @@ from torch import Tensor
 
 from .features import FEATURES, NODE_FEATURES
 from .portfolio import adam_minimise
-from .programs import SAFE_FUNCTIONS, Program, ProgramError, compile_program
+from .programs import SAFE_FUNCTIONS, Program, ProgramError, compile_program, evaluate
 
 OPS = ("id", "sq", "sqrt", "log")
 FACTORS = ("progress", "left", "remaining", "d_cur_first", "d_cur", "min_to_visited")
@@ -214,6 +216,7 @@ class ExpressionProposer:
         pursuit: bool = False,
     ):
         self.rng = random.Random(seed)
+        self.rejected = 0  # rendered programs the validator refused (should stay 0)
         self.pursuit = pursuit
         self.candidates, self.keep, self.max_terms, self.steps = candidates, keep, max_terms, steps
         self.features = features or NODE_FEATURES
@@ -337,6 +340,7 @@ class ExpressionProposer:
             try:
                 out.append(compile_program(src, name, expr=e, origin="offline"))
             except ProgramError:
+                self.rejected += 1
                 continue
             if len(out) >= self.keep:
                 break
@@ -387,6 +391,7 @@ class LLMProposer:
         self.timeout, self.samples, self.temperature = timeout, samples, temperature
         self.prompt_dir = Path(prompt_dir) if prompt_dir else PROMPTS
         self.errors: list[str] = []
+        self.rejected = 0  # replies whose program was refused or failed its trial run
 
     def build_messages(self, req: ProposalRequest) -> list[dict]:
         system = (
@@ -463,13 +468,22 @@ class LLMProposer:
             self.errors.append(f"malformed reply (no choices[].message.content): {e!r}")
             return []
         name = req.program.name if req.program is not None else req.context.get("name", "new")
-        out = []
+        progs = []
         for text in texts:
             try:
-                prog = compile_program(self.extract_code(text), name, origin="llm")
-                prog.scores(req.feats)
+                progs.append(compile_program(self.extract_code(text), name, origin="llm"))
             except ProgramError as e:
-                self.errors.append(f"rejected program: {e}")
-                continue
-            out.append(prog)
+                self._reject(e)
+            except Exception as e:
+                self._reject(ProgramError(f"{type(e).__name__}: {e}"))
+        out = []
+        for prog, trial in zip(progs, evaluate(progs, req.feats), strict=True):  # one batch
+            if isinstance(trial, ProgramError):
+                self._reject(trial)
+            else:
+                out.append(prog)
         return out
+
+    def _reject(self, err: ProgramError) -> None:
+        self.rejected += 1
+        self.errors.append(f"rejected program: {err}")
