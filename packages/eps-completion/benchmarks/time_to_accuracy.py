@@ -8,8 +8,9 @@ less accurate is not a win). Candidate: ``rgd`` on the ε-surrogate with ε = 1e
 (random start, residual tolerance 1e-9) and ``soft_impute`` (λ path down to 1e-6 ||b||, at
 most 100 iterations per λ, rank-capped SVDs).
 
-Full size n = 2000 (the issue's case; minutes per soft-impute solve on 2 cores); ``--quick``
-n = 300.
+Full size n = 2000 (the issue's case; there soft-impute's rank cap and mn > 10^6 select its
+sparse-plus-low-rank SVD route, so no solver forms an m x n iterate except RGD's spectral
+start); ``--quick`` n = 300 (dense SVDs).
 
     python packages/eps-completion/benchmarks/time_to_accuracy.py --quick \
         --out packages/eps-completion/benchmarks/results/time_to_accuracy_quick.json
