@@ -109,6 +109,19 @@ def test_line_plot_keeps_more_series_than_colours_apart(tmp_path, monkeypatch):
     assert len({(ln.get_color(), ln.get_linestyle()) for ln in lines}) == 23
 
 
+def test_coinciding_lines_keep_distinct_markers(tmp_path, monkeypatch):
+    # two methods with the same curve (one hidden under the other) must still both be visible
+    plt = pytest.importorskip("matplotlib.pyplot")
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    xs = list(range(40))
+    ys = [1.0 / (1 + x) for x in xs]
+    line_plot(tmp_path / "p.png", {"a": (xs, ys), "b": (xs, ys)})
+    a, b = figs[0].axes[0].get_lines()
+    assert a.get_marker() != b.get_marker()
+    assert a.get_markevery() != b.get_markevery()  # markers at shifted points
+
+
 def test_line_plot_rejects_bad_series(tmp_path):
     with pytest.raises(ValueError, match="at least one"):
         line_plot(tmp_path / "p.png", {})

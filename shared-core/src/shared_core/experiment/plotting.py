@@ -9,6 +9,9 @@ from pathlib import Path
 __all__ = ["line_plot"]
 
 _DASHES = ("-", "--", ":", "-.")
+# one marker shape per series: a line drawn exactly over another (two methods that coincide)
+# still shows its own markers, placed at shifted points so they do not cover each other
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def _pyplot():
@@ -66,11 +69,15 @@ def line_plot(
         # past the colour cycle (10 colours), change the dash so no two series look alike
         n_colors = len(plt.rcParams["axes.prop_cycle"].by_key().get("color", [None]))
         for i, (label, (xs, ys)) in enumerate(series.items()):
+            step = max(1, len(xs) // 8)
             (line,) = ax.plot(
                 list(xs),
                 list(ys),
                 label=label,
-                marker="o" if len(xs) < 12 else None,
+                marker=_MARKERS[i % len(_MARKERS)],
+                markevery=(i % step, step),
+                markersize=5,
+                fillstyle="full" if i % 2 == 0 else "none",
                 linestyle=_DASHES[(i // n_colors) % len(_DASHES)],
             )
             if bands and label in bands:
