@@ -296,3 +296,62 @@ def test_imuon_and_adaptive_lmo_both_finetune_a_lora_layer_but_only_imuon_ignore
             assert rel < 1e-8, rel
         else:
             assert rel > 1e-2, rel
+
+
+def test_imuon_and_adaptive_lmo_split_a_model_the_same_way_with_the_same_adamw_side():
+    # issue 20 part 7: one routing convention (shared_core.routing) and one set of AdamW
+    # defaults. A tied language model: the same tensors on AdamW in both optimizers, and the
+    # AdamW-side trajectories of the two optimizers equal torch's AdamW with those defaults.
+    from adaptive_lmo import AdaptiveLMO
+    from imuon import IMuon
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = torch.nn.Embedding(17, 6, dtype=torch.float64)
+            self.norm = torch.nn.LayerNorm(6, dtype=torch.float64)
+            self.mlp = torch.nn.Linear(6, 6, dtype=torch.float64)
+            self.lm_head = torch.nn.Linear(6, 17, bias=False, dtype=torch.float64)
+            self.lm_head.weight = self.tok.weight
+
+        def forward(self, ids):
+            return self.lm_head(torch.relu(self.mlp(self.norm(self.tok(ids)))))
+
+    torch.manual_seed(5)
+    models = [LM() for _ in range(3)]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    im = IMuon(models[0], lr=0.02)
+    al = AdaptiveLMO(models[1], lr=0.02, exponent=0.0)
+    aux = lambda opt, key, val: {  # noqa: E731
+        id(p) for g in opt.param_groups if g.get(key) == val for p in g["params"]
+    }
+    names = lambda m, ids_: {n for n, p in m.named_parameters() if id(p) in ids_}  # noqa: E731
+    im_aux = names(models[0], aux(im, "manifold", "adamw"))
+    al_aux = names(models[1], aux(al, "algorithm", "adamw"))
+    assert im_aux == al_aux == {"tok.weight", "norm.weight", "norm.bias", "mlp.bias"}
+    ref = torch.optim.AdamW(
+        [p for n, p in models[2].named_parameters() if n in im_aux],
+        lr=3e-4,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        weight_decay=0.0,
+    )
+    # the same gradient stream for all three, so the AdamW side's trajectory depends on its
+    # hyper-parameters only (a backward pass would couple it to the matrix side's steps)
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(4):
+        grads = {
+            n: torch.randn(p.shape, generator=gen, dtype=p.dtype)
+            for n, p in models[0].named_parameters()
+        }
+        for m, opt in zip(models, (im, al, ref), strict=True):
+            for n, p in m.named_parameters():
+                p.grad = grads[n].clone()
+            opt.step()
+    for n in im_aux:
+        want = dict(models[2].named_parameters())[n].detach()
+        for m in models[:2]:
+            torch.testing.assert_close(
+                dict(m.named_parameters())[n].detach(), want, rtol=1e-12, atol=1e-14
+            )

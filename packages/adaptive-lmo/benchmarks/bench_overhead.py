@@ -41,6 +41,7 @@ from torch import nn
 
 from adaptive_lmo import AdaptiveLMO
 from shared_core.bench import compare, write_json
+from shared_core.routing import AUX_ADAMW
 
 LR, MOMENTUM, ADAMW_LR = 0.02, 0.95, 1e-3
 
@@ -81,7 +82,7 @@ class TorchMuonAdamW:
         rest = [p for p in model.parameters() if id(p) not in ids]
         self.opts = [
             torch.optim.Muon(mats, lr=LR, momentum=MOMENTUM, weight_decay=0.0),
-            torch.optim.AdamW(rest, lr=ADAMW_LR, weight_decay=0.0),
+            torch.optim.AdamW(rest, lr=ADAMW_LR, betas=AUX_ADAMW.betas, weight_decay=0.0),
         ]
 
     def zero_grad(self) -> None:

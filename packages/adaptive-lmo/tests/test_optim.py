@@ -67,7 +67,8 @@ def _split(model):
 
 
 def _ref_adamw(params):
-    return torch.optim.AdamW(params, lr=3e-3, weight_decay=0.0)
+    # AdaptiveLMO's AdamW side keeps the suite's betas (shared_core.routing.AUX_ADAMW)
+    return torch.optim.AdamW(params, lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
 
 
 @pytest.mark.parametrize("nesterov", [False, True])

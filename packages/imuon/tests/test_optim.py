@@ -126,6 +126,38 @@ def test_tagged_parameter_goes_to_its_manifold():
         tag(torch.nn.Parameter(torch.ones(2, 2)), "fixed_rank")
 
 
+def test_a_module_is_split_by_the_suite_convention():
+    """Embedding (and the head tied to it), norms and biases on AdamW; hidden matrices on the
+    Muon step, a tagged matrix on its manifold; the AdamW side equals torch's AdamW."""
+    gen = _gen(3)
+    torch.manual_seed(3)
+    emb = torch.nn.Embedding(11, 5, dtype=D)
+    body = torch.nn.Linear(5, 5, dtype=D)
+    frame = torch.nn.Linear(5, 3, bias=False, dtype=D)
+    with torch.no_grad():
+        frame.weight.copy_(Stiefel(5, 3).random_point(generator=gen, dtype=D).T)  # wide: rows
+    tag(frame.weight, "stiefel")
+    head = torch.nn.Linear(5, 11, bias=False, dtype=D)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "body": body, "frame": frame, "head": head})
+    opt = IMuon(model, lr=0.05)
+    kinds = {id(p): opt._kind(g, p) for g in opt.param_groups for p in g["params"]}
+    assert kinds[id(emb.weight)] == "adamw" and kinds[id(body.bias)] == "adamw"
+    assert kinds[id(body.weight)] == "euclidean" and kinds[id(frame.weight)] == "stiefel"
+    twin = emb.weight.detach().clone().requires_grad_()
+    ref = torch.optim.AdamW([twin], lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    for _ in range(3):
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=gen, dtype=D)
+        twin.grad = emb.weight.grad.clone()
+        opt.step()
+        ref.step()
+    torch.testing.assert_close(emb.weight.detach(), twin.detach(), rtol=1e-12, atol=1e-14)
+    Stiefel(5, 3).check_point(frame.weight.detach().T)
+    with pytest.raises(ValueError, match=r"needs an nn\.Module"):
+        IMuon([body.weight], head="head")
+
+
 # ---------------------------------------------------------------- manifold behaviour
 def _train(params_groups, loss_fn, steps, **kw):
     opt = IMuon(params_groups, **kw)

@@ -63,6 +63,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from shared_core.routing import AUX_ADAMW
+
 from .controller import ExponentController
 from .fisher import FISHER_LOSSES, sample_output_gradient
 from .fractional import lmo_direction, schatten_p
@@ -164,7 +166,9 @@ class AdaptiveLMO(ExponentController, Optimizer):
             source ``"kept: direction below direction_floor ..."``). Every corner is exact for
             :math:`\|P\|_F \ge \phi`. Why: see the README ("Vanishing directions").
         max_rows: rows of the activation sketch per layer.
-        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW group.
+        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW group; defaults are
+            the suite's :data:`shared_core.routing.AUX_ADAMW` (3e-4, (0.9, 0.95), 1e-8, 0),
+            the same as ``imuon.IMuon``'s.
         route: ``(name, param, module) -> "lmo" | "adamw" | None`` override of the routing.
         fixed_exponents: pins the exponent of some matrix parameters while the rest follow
             ``exponent`` (with an ``nn.Module`` only): ``{name: a}`` or
@@ -172,10 +176,10 @@ class AdaptiveLMO(ExponentController, Optimizer):
             group(s) with ``"exponent": a`` and no hooks. E.g. ``lambda n, p, m: 0.0 if
             ".attn." in n else None`` keeps attention projections at Muon's geometry.
         head: the output head excluded from the matrix update: True (identified by
-            :func:`adaptive_lmo.routing.locate_head`: tied to an embedding, a conventional
+            :func:`shared_core.routing.locate_head`: tied to an embedding, a conventional
             head name, or the last Linear of an all-``nn.Sequential`` model; otherwise the last
             registered Linear with a warning that it is a guess), a module name (e.g. from
-            :func:`adaptive_lmo.routing.find_head`), or None.
+            :func:`shared_core.routing.find_head`), or None.
         sync_stats: average the activation energies over ``torch.distributed`` ranks (when a
             process group with more than one rank is initialised), so every rank picks the
             same exponent.
@@ -206,10 +210,10 @@ class AdaptiveLMO(ExponentController, Optimizer):
         fallback_exponent: float = 0.0,
         direction_floor: float = 1e-7,
         max_rows: int = 256,
-        adamw_lr: float = 1e-3,
-        adamw_betas: tuple[float, float] = (0.9, 0.999),
-        adamw_eps: float = 1e-8,
-        adamw_weight_decay: float = 0.0,
+        adamw_lr: float = AUX_ADAMW.lr,
+        adamw_betas: tuple[float, float] = AUX_ADAMW.betas,
+        adamw_eps: float = AUX_ADAMW.eps,
+        adamw_weight_decay: float = AUX_ADAMW.weight_decay,
         route: Callable[[str, Tensor, nn.Module], str | None] | None = None,
         head: str | bool | None = True,
         fixed_exponents: (

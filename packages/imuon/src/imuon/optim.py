@@ -26,11 +26,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from shared_core.manifolds import SPD, Factors, FixedRankFactored, Grassmann, Stiefel
 from shared_core.polar import powm_sym
+from shared_core.routing import AUX_ADAMW, route_module
 
 from .geoopt_compat import geoopt_kind
 from .lmo import (
@@ -47,7 +48,7 @@ from .lmo import (
 )
 from .norms import POLAR_METHODS, parse_norm
 
-__all__ = ["MANIFOLDS", "IMuon", "tag"]
+__all__ = ["MANIFOLDS", "IMuon", "module_groups", "tag"]
 
 MANIFOLDS = ("auto", "euclidean", "stiefel", "grassmann", "spd", "sphere", "fixed_rank", "adamw")
 _CONSTRAINED = ("stiefel", "grassmann", "spd", "sphere")
@@ -146,6 +147,24 @@ def _check_unit(name: str, value: object, lo: float, hi: float, hi_open: bool = 
     return v
 
 
+def module_groups(model: nn.Module, head: str | bool | None = True) -> list[dict[str, Any]]:
+    """Param groups of ``model`` by the suite's routing convention (:mod:`shared_core.routing`):
+    matrices on ``"auto"``, embeddings, head and vectors on ``"adamw"``; a parameter tagged by
+    :func:`tag` or a geoopt ``ManifoldParameter`` stays on ``"auto"`` wherever it sits."""
+    matrix: list[Tensor] = []
+    aux: list[Tensor] = []
+    for r in route_module(model, head=head, owner="IMuon"):
+        geo = geoopt_kind(r.param)
+        pinned = getattr(r.param, _TAG, None) is not None or (geo is not None and geo.manifold)
+        (matrix if r.matrix or pinned else aux).append(r.param)
+    groups = [{"params": matrix, "manifold": "auto"}] if matrix else []
+    if aux:
+        groups.append({"params": aux, "manifold": "adamw"})
+    if not groups:
+        raise ValueError("IMuon got a module with no trainable parameters")
+    return groups
+
+
 class IMuon(Optimizer):
     r"""Intrinsic Muon with per-group manifolds, momentum with transport, Muon/AdamW fallbacks.
 
@@ -168,7 +187,14 @@ class IMuon(Optimizer):
       ``"adamw"``.
 
     Args:
-        params: tensors or param groups (any option below may be set per group).
+        params: tensors, param groups (any option below may be set per group), or an
+            ``nn.Module``. A module is split by the suite's convention
+            (:mod:`shared_core.routing`, the same as ``adaptive_lmo.AdaptiveLMO``'s):
+            embeddings, anything tied to one, the output head and every parameter with fewer
+            than 2 dims go to ``"adamw"``; the other matrices to ``"auto"`` (so a tagged or
+            geoopt parameter still reaches its manifold, wherever it sits). Bare tensors
+            cannot say which layer they belong to: there ``"auto"`` sends every 2-D tensor,
+            embeddings included, to ``"euclidean"``.
         lr: step length in the intrinsic norm (Muon groups: scaled by ``lr_scale``).
         weight_decay: decoupled; Euclidean ``x <- (1 - lr wd) x``; fixed rank scales both
             factors by :math:`\sqrt{1 - \eta\lambda}` (so ``A B^T`` by :math:`1 - \eta\lambda`);
@@ -203,13 +229,16 @@ class IMuon(Optimizer):
         lr_scale: Euclidean (Muon) groups only: ``"original"`` (``lr * sqrt(max(1, m/n))``,
             torch.optim.Muon's default), ``"match_rms_adamw"`` (``0.2 sqrt(max(m, n))``) or
             ``"none"``. Manifold steps are never rescaled: ``lr`` is their intrinsic length.
-        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW route. Its rate
+        adamw_lr, adamw_betas, adamw_eps, adamw_weight_decay: the AdamW route (defaults: the
+            suite's :data:`shared_core.routing.AUX_ADAMW`, shared with adaptive-lmo). Its rate
             follows the group's learning-rate schedule: under a torch scheduler (which records
             ``initial_lr``) it is ``adamw_lr * lr / initial_lr``, so warm-up, decay and
             ``LambdaLR(lambda t: 0)`` reach these parameters too; a group whose ``lr`` is 0
             does not move them.
         nonfinite: ``"skip"`` (default: a NaN/inf gradient anywhere skips the whole step with
             a ``RuntimeWarning``; no state changes) or ``"raise"`` (``FloatingPointError``).
+        head: with an ``nn.Module`` only: the output head sent to AdamW: True (found by
+            :func:`shared_core.routing.locate_head`), a module name, or None (none).
 
     Low-precision (bf16/fp16) parameters keep a float32 master copy in the state; the update
     is computed on it and rounded into the parameter.
@@ -245,11 +274,12 @@ class IMuon(Optimizer):
         polar_dtype: torch.dtype | None = None,
         scaling: str = "lmo",
         lr_scale: str = "original",
-        adamw_lr: float = 3e-4,
-        adamw_betas: tuple[float, float] = (0.9, 0.95),
-        adamw_eps: float = 1e-8,
-        adamw_weight_decay: float = 0.0,
+        adamw_lr: float = AUX_ADAMW.lr,
+        adamw_betas: tuple[float, float] = AUX_ADAMW.betas,
+        adamw_eps: float = AUX_ADAMW.eps,
+        adamw_weight_decay: float = AUX_ADAMW.weight_decay,
         nonfinite: str = "skip",
+        head: str | bool | None = True,
     ):
         defaults = dict(
             lr=lr,
@@ -276,6 +306,10 @@ class IMuon(Optimizer):
         if nonfinite not in ("skip", "raise"):
             raise ValueError(f"invalid nonfinite: {nonfinite!r} (use 'skip' or 'raise')")
         self.nonfinite = nonfinite
+        if isinstance(params, nn.Module):
+            params = module_groups(params, head)
+        elif head is not True:
+            raise ValueError(f"head={head!r} needs an nn.Module as params, not tensors")
         super().__init__(params, defaults)
         self._owners: dict[int, Tensor] = {}
         self._gathered_grads: dict[int, Tensor] = {}

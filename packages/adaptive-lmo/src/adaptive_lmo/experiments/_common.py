@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from shared_core.experiment import line_plot, progress, seed_everything
+from shared_core.routing import AUX_ADAMW
 
 from ..criterion import t_quantile
 from ..optim import AdaptiveLMO
@@ -130,7 +131,11 @@ def build_optimizer(
         flat_ok = all(p.ndim == 2 for p in mats)
         if not flat_ok:
             raise ValueError("torch.optim.Muon needs 2-D matrices")
-        side = torch.optim.AdamW(rest, lr=ADAMW_SIDE_LR, weight_decay=0.0) if rest else None
+        side = (  # the same AdamW side as AdaptiveLMO's (shared_core.routing.AUX_ADAMW)
+            torch.optim.AdamW(rest, lr=ADAMW_SIDE_LR, betas=AUX_ADAMW.betas, weight_decay=0.0)
+            if rest
+            else None
+        )
         return Combined(torch.optim.Muon(mats, lr=lr, weight_decay=0.0), side)
     if name == "MuAdam":
         return AdaptiveLMO(
