@@ -2,6 +2,7 @@
 
 Floors (each imports only those above it): :mod:`gp_bts.regret` and :mod:`gp_bts.info_gain`
 (pure math) -> :mod:`gp_bts.bounds` -> :mod:`gp_bts.models` (the BoTorch GP) ->
+:mod:`gp_bts.pathmax` (maximising sample paths on a box) ->
 :mod:`gp_bts.policy` (one round of each policy) -> :mod:`gp_bts.objectives` ->
 :mod:`gp_bts.loop` (:func:`run`) -> ``gp_bts.experiments``.
 """

@@ -113,6 +113,7 @@ def run(
     us_rounds: int = 1,
     sampler: str = "auto",
     ucb_beta: float = 2.0,
+    maximizer: str = "candidates",
 ) -> Trace:
     """Run ``rounds`` rounds of ``batch_size`` queries of ``policy`` and return the :class:`Trace`.
 
@@ -135,6 +136,9 @@ def run(
         us_rounds: rounds of uncertainty sampling for ``bts-us``.
         sampler: ``auto``/``exact``/``pathwise`` posterior sampling for BTS.
         ucb_beta: the :math:`\\beta` of qUCB.
+        maximizer: how BTS maximises a sample: ``candidates`` (its best candidate) or
+            ``lbfgs`` (box domains only: pathwise samples, each refined from its best
+            candidates by multi-start L-BFGS-B, :mod:`gp_bts.pathmax`).
     """
     if isinstance(objective, Objective):
         bounds = objective.bounds if bounds is None else bounds
@@ -154,6 +158,10 @@ def run(
     if not (isinstance(noise, (int, float)) and math.isfinite(noise) and noise >= 0):
         raise ValueError(f"noise must be a finite standard deviation >= 0, got {noise!r}")
     _int("us_rounds", us_rounds, 0)
+    if maximizer not in ("candidates", "lbfgs"):
+        raise ValueError(f"maximizer must be candidates or lbfgs, got {maximizer!r}")
+    if maximizer == "lbfgs" and candidates is not None:
+        raise ValueError("maximizer='lbfgs' needs a box domain; this objective is a finite set")
     _int("n_candidates", n_candidates, 1)
     if candidates is not None:
         candidates = torch.as_tensor(candidates, dtype=torch.float64)
@@ -213,6 +221,7 @@ def run(
                 best_f=float(torch.cat(ys).max()) if ys else math.nan,
                 sampler=sampler,
                 ucb_beta=ucb_beta,
+                box=b if maximizer == "lbfgs" else None,
             )
             add(x, r, kind, s.to(torch.float64))
             secs.append(time.perf_counter() - t0)
@@ -240,7 +249,19 @@ def run(
 
 
 def _select_batch(
-    policy, model, c, q, *, finite_domain, warmup, kernel, noise_var, best_f, sampler, ucb_beta
+    policy,
+    model,
+    c,
+    q,
+    *,
+    finite_domain,
+    warmup,
+    kernel,
+    noise_var,
+    best_f,
+    sampler,
+    ucb_beta,
+    box=None,
 ):
     """One round's queries ``(x, sigma, phase)`` of ``policy`` on the candidates ``c``."""
     if policy == "random":
@@ -259,6 +280,9 @@ def _select_batch(
         if model is None:  # first round without data: exact draws from the prior
             idx, s = pol.prior_thompson_batch(_covariance(None, kernel, sub), q)
             return sub[idx], s.to(torch.float64), "policy"
+        if box is not None:  # continuous maximisation of pathwise samples
+            x, s = pol.thompson_batch_continuous(model, c, box, q)
+            return x, s.to(torch.float64), "policy"
         idx, s = pol.thompson_batch(model, c, q, sampler=sampler)
         return c[idx], s.to(torch.float64), "policy"
     idx, s = pol.acquisition_batch(model, c, q, policy, best_f, ucb_beta=ucb_beta)

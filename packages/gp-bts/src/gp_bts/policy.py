@@ -10,6 +10,10 @@ queries ``candidates[idx]``.
   ``MaxPosteriorSampling(replacement=True)`` does) or pathwise samples
   (``draw_matheron_paths``: random-feature prior plus Matheron's update, evaluated on the
   candidates; cost linear in :math:`n`).
+* **BTS on a box** (:func:`thompson_batch_continuous`): ``Q`` pathwise samples, each
+  maximised over the box by multi-start L-BFGS-B from its best candidates
+  (:mod:`gp_bts.pathmax`), so the query is a local maximiser of the sample path rather than
+  the best point of a finite set.
 * **uncertainty sampling** (:func:`uncertainty_batch`): :math:`x = \arg\max \sigma^2`, then
   the variance is updated as if :math:`x` had been observed (it does not depend on the value)
   and the next point is chosen, :math:`Q` times: the warm-up of the earlier analyses.
@@ -28,12 +32,15 @@ from botorch.optim import optimize_acqf_discrete
 from botorch.sampling import SobolQMCNormalSampler
 from botorch.sampling.pathwise import draw_matheron_paths
 
+from .pathmax import maximize_paths
+
 __all__ = [
     "EXACT_MAX_CANDIDATES",
     "acquisition_batch",
     "choose_sampler",
     "prior_thompson_batch",
     "thompson_batch",
+    "thompson_batch_continuous",
     "uncertainty_batch",
 ]
 
@@ -84,6 +91,31 @@ def thompson_batch(model, candidates: torch.Tensor, batch_size: int, *, sampler=
             idx = paths(candidates).argmax(-1)
             sigma = model.posterior(candidates[idx]).variance.squeeze(-1).clamp_min(0).sqrt()
     return idx, sigma
+
+
+def thompson_batch_continuous(
+    model, candidates: torch.Tensor, bounds: torch.Tensor, batch_size: int, *, n_starts: int = 4
+):
+    r"""Maximisers over the box of :math:`Q` pathwise posterior samples.
+
+    Each of the ``Q`` independent ``draw_matheron_paths`` samples is maximised by L-BFGS-B
+    from its ``n_starts`` best candidates (:func:`gp_bts.pathmax.maximize_paths`); its value
+    there is at least its maximum over ``candidates``. Global torch RNG, like
+    :func:`thompson_batch`.
+
+    Returns:
+        ``(x, sigma)``: the queries ``(Q, d)`` and the start-of-round posterior standard
+        deviation there.
+    """
+    q = _check_q(batch_size)
+    # drawn without a graph: the paths' weights are then constants, and the optimiser's
+    # gradients flow to the inputs only (not back into the model's hyperparameters)
+    with torch.no_grad():
+        paths = draw_matheron_paths(model, sample_shape=torch.Size([q]))
+    x, _ = maximize_paths(paths, candidates, bounds, n_starts=n_starts)
+    with torch.no_grad():
+        sigma = model.posterior(x).variance.squeeze(-1).clamp_min(0).sqrt()
+    return x, sigma
 
 
 def prior_thompson_batch(prior_cov: torch.Tensor, batch_size: int):

@@ -17,6 +17,9 @@ from ..objectives import gp_prior_objective
 #: the theory setting shared by batch-scaling, warmup and noiseless: a known SE prior on a
 #: 16 x 16 grid of the unit square, observation noise sd 0.1 (variance 0.01).
 PRIOR = KernelSpec("se", lengthscale=0.15)
+#: the Matern-5/2 version of the same setting (same lengthscale and scale): rougher draws,
+#: a larger gamma_N (its eigenvalues decay polynomially, not exponentially).
+MATERN_PRIOR = KernelSpec("matern52", lengthscale=0.15)
 GRID = 16
 NOISE = 0.1
 BOOT = 2000
@@ -29,8 +32,18 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module="botorch")
 
 
-def objective(seed: int):
-    return gp_prior_objective(seed, dim=2, grid_size=GRID, kernel=PRIOR)
+def prior_label(prior: KernelSpec) -> str:
+    name = {"se": "SE", "matern52": "Matern-5/2", "matern32": "Matern-3/2"}[prior.name]
+    return f"{name}, lengthscale {prior.lengthscale:g}"
+
+
+def suffix(prior: KernelSpec) -> str:
+    """``""`` for the shared SE prior, else ``"_<kernel>"`` (plot names, titles)."""
+    return "" if prior == PRIOR else f"_{prior.name}"
+
+
+def objective(seed: int, prior: KernelSpec = PRIOR):
+    return gp_prior_objective(seed, dim=2, grid_size=GRID, kernel=prior)
 
 
 def bootstrap(
@@ -51,16 +64,16 @@ def bootstrap(
 
 
 @lru_cache(maxsize=16)
-def _greedy_curve(noise_var: float, steps: int) -> torch.Tensor:
-    obj = objective(0)
-    k = PRIOR.matrix(obj.candidates)
+def _greedy_curve(noise_var: float, steps: int, prior: KernelSpec) -> torch.Tensor:
+    obj = objective(0, prior)
+    k = prior.matrix(obj.candidates)
     return gamma_upper(greedy_information_gain(k, noise_var, steps)[0])
 
 
-def prior_gamma(n_evals: int, noise_var: float) -> float:
-    """Certified upper end of gamma_N for the shared prior on the shared grid."""
+def prior_gamma(n_evals: int, noise_var: float, prior: KernelSpec = PRIOR) -> float:
+    """Certified upper end of gamma_N for ``prior`` (default the shared SE) on the shared grid."""
     steps = max(256, n_evals)
-    return float(_greedy_curve(float(noise_var), steps)[n_evals - 1])
+    return float(_greedy_curve(float(noise_var), steps, prior)[n_evals - 1])
 
 
 def kernel_gammas(n_evals: int, noise_var: float) -> dict[str, float]:
@@ -73,9 +86,11 @@ def kernel_gammas(n_evals: int, noise_var: float) -> dict[str, float]:
     return out
 
 
-def bounds_for(n_evals: int, batch_size: int, noise_var: float) -> dict[str, float]:
+def bounds_for(
+    n_evals: int, batch_size: int, noise_var: float, prior: KernelSpec = PRIOR
+) -> dict[str, float]:
     """The regret bound without and with the multiplicative batch factor, at N evaluations."""
-    g = prior_gamma(n_evals, noise_var)
+    g = prior_gamma(n_evals, noise_var, prior)
     card = GRID**2
     xi = variance_ratio_bound(batch_size, noise_var)
     return {

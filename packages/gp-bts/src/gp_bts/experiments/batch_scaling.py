@@ -27,6 +27,7 @@ from shared_core.experiment import ExperimentResult, RunContext, line_plot, prog
 
 from ..bounds import c1
 from ..loop import run as bo_run
+from ..models import KernelSpec
 from . import _common as cm
 
 #: Quick-mode wall seconds on a 2-core CPU (README: 21 s CPU under load, x1.5);
@@ -38,6 +39,11 @@ THRESHOLD = 2.0
 
 
 def run(ctx: RunContext) -> ExperimentResult:
+    return scaling(ctx, cm.PRIOR)
+
+
+def scaling(ctx: RunContext, prior: KernelSpec) -> ExperimentResult:
+    """The experiment on GP-prior draws of ``prior`` (its gamma_N in the bounds); rule as above."""
     cm.quiet()
     n_evals, seeds = (48, 20) if ctx.quick else (128, 30)
     checkpoints = list(range(16, n_evals + 1, 16))
@@ -46,7 +52,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     secs = {q: 0.0 for q in QS}
     bar = progress(total=seeds * len(QS), desc="batch-scaling")
     for s in range(seeds):
-        obj = cm.objective(ctx.seed + s)
+        obj = cm.objective(ctx.seed + s, prior)
         for q in QS:
             tr = bo_run(obj, batch_size=q, rounds=n_evals // q, noise=cm.NOISE, seed=ctx.seed + s)
             cr[q][s] = tr.cumulative_regret
@@ -62,10 +68,11 @@ def run(ctx: RunContext) -> ExperimentResult:
     }
     holds = ratios[16][2] <= THRESHOLD
     noise_var = cm.NOISE**2
-    bnd = {n: cm.bounds_for(n, 16, noise_var) for n in checkpoints}
+    bnd = {n: cm.bounds_for(n, 16, noise_var, prior) for n in checkpoints}
     c1g = c1(noise_var) * bnd[n_evals]["gamma"]
     gammas = cm.kernel_gammas(n_evals, noise_var)
 
+    png = "batch_scaling.png" if prior == cm.PRIOR else f"batch_scaling_{prior.name}.png"
     xs = [float(n) for n in checkpoints]
     series, bands = {}, {}
     for q in QS:
@@ -76,11 +83,11 @@ def run(ctx: RunContext) -> ExperimentResult:
     series["bound, no Q factor"] = (xs, [bnd[n]["bound_noQ"] for n in checkpoints])
     series["bound with xi_16"] = (xs, [bnd[n]["bound_withQ"] for n in checkpoints])
     line_plot(
-        ctx.path("batch_scaling.png"),
+        ctx.path(png),
         series,
         bands=bands,
         logy=True,
-        title="GP-prior (SE, 16x16 grid): cumulative regret vs evaluations",
+        title=f"GP prior ({cm.prior_label(prior)}): cumulative regret vs evaluations",
         xlabel="total evaluations N = T Q",
         ylabel="mean cumulative regret R_N",
     )
@@ -91,7 +98,7 @@ def run(ctx: RunContext) -> ExperimentResult:
             "R_N mean": float(cr[q][:, -1].mean()),
             "R_N(Q)/R_N(1) [95% CI]": cm.fmt_ci(ratios[q]),
             "sum sigma^2 (start of round)": float(var_sum[q].mean()),
-            "xi_Q": cm.bounds_for(n_evals, q, noise_var)["xi"],
+            "xi_Q": cm.bounds_for(n_evals, q, noise_var, prior)["xi"],
             "s per run": secs[q] / seeds,
         }
         for q in QS
@@ -102,16 +109,17 @@ def run(ctx: RunContext) -> ExperimentResult:
         f"({seeds} seeds); rule: upper end <= {THRESHOLD}"
     )
     summary = (
-        f"Batched TS without a warm-up on {seeds} GP-prior draws (SE, lengthscale 0.15, 16x16 "
+        f"Batched TS without a warm-up on {seeds} GP-prior draws ({cm.prior_label(prior)}, 16x16 "
         f"grid, noise sd {cm.NOISE}), N = {n_evals} evaluations for every Q. Ratio of mean "
         f"cumulative regret to Q = 1: "
         + ", ".join(f"Q={q}: {cm.fmt_ci(ratios[q])}" for q in QS)
         + f". A factor linear in Q would give 16 at Q = 16; the variance-ratio bound there is "
-        f"xi_16 = {cm.bounds_for(n_evals, 16, noise_var)['xi']:.0f}. Measured start-of-round "
-        f"variance sums: "
+        f"xi_16 = {cm.bounds_for(n_evals, 16, noise_var, prior)['xi']:.0f}. Measured "
+        f"start-of-round variance sums: "
         + ", ".join(f"Q={q}: {float(var_sum[q].mean()):.2f}" for q in QS)
         + f" against C1 gamma_N = {c1g:.1f}. Bounds at N: no-Q {bnd[n_evals]['bound_noQ']:.0f}, "
-        f"with xi_16 {bnd[n_evals]['bound_withQ']:.0f} (gamma_N <= {bnd[n_evals]['gamma']:.1f}). "
+        f"with xi_16 {bnd[n_evals]['bound_withQ']:.0f} (gamma_N <= {bnd[n_evals]['gamma']:.1f}, "
+        f"{prior.name}). "
         "Greedy gamma_N upper ends on the same grid (lengthscale 0.15): "
         + ", ".join(f"{k} {v:.1f}" for k, v in gammas.items())
         + "."
@@ -119,6 +127,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     metrics = {
         "n_evals": n_evals,
         "seeds": seeds,
+        "prior": prior.name,
         "ratio_q16": r16[0],
         "ratio_q16_ci_low": r16[1],
         "ratio_q16_ci_high": r16[2],
@@ -130,15 +139,19 @@ def run(ctx: RunContext) -> ExperimentResult:
         **{f"gamma_N_{k}": v for k, v in gammas.items()},
     }
     return ExperimentResult(
-        title="Batched TS: regret at equal evaluations carries no multiplicative factor in Q",
+        title=(
+            "Batched TS: regret at equal evaluations carries no multiplicative factor in Q"
+            + ("" if prior == cm.PRIOR else f" ({cm.prior_label(prior)} prior)")
+        ),
         claim=(
             "GP-BTS without an initial uncertainty-sampling phase has cumulative regret without a "
-            "multiplicative factor in the batch size Q (checked as R_N(16)/R_N(1) <= 2)."
+            "multiplicative factor in the batch size Q (checked as R_N(16)/R_N(1) <= 2)"
+            + ("." if prior == cm.PRIOR else f", here on a {cm.prior_label(prior)} prior.")
         ),
         summary=summary,
         metrics=metrics,
         holds=bool(holds),
-        plots=["batch_scaling.png"],
+        plots=[png],
         table=table,
         paper="P06",
         measured=measured,

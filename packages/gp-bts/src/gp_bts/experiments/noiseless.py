@@ -31,6 +31,7 @@ from shared_core.experiment import ExperimentResult, RunContext, line_plot, prog
 
 from ..bounds import bcr_bound, noiseless_variance_sum
 from ..loop import run as bo_run
+from ..models import KernelSpec
 from . import _common as cm
 
 #: Quick-mode wall seconds on a 2-core CPU (README: 14 s CPU under load, x1.5);
@@ -49,13 +50,18 @@ def _slope(ns: list[int], ys: torch.Tensor) -> float:
 
 
 def run(ctx: RunContext) -> ExperimentResult:
+    return noiseless(ctx, cm.PRIOR)
+
+
+def noiseless(ctx: RunContext, prior: KernelSpec) -> ExperimentResult:
+    """The experiment on GP-prior draws of ``prior`` (its gamma_N in the bounds); rule as above."""
     cm.quiet()
     n_evals, seeds = (64, 20) if ctx.quick else (256, 30)
     settings = {"noisy": cm.NOISE, "noiseless": 0.0}
     cr = {k: torch.zeros(seeds, n_evals, dtype=torch.float64) for k in settings}
     bar = progress(total=2 * seeds, desc="noiseless")
     for s in range(seeds):
-        obj = cm.objective(ctx.seed + s)
+        obj = cm.objective(ctx.seed + s, prior)
         for k, sd in settings.items():
             tr = bo_run(obj, batch_size=Q, rounds=n_evals // Q, noise=sd, seed=ctx.seed + s)
             cr[k][s] = tr.cumulative_regret
@@ -69,10 +75,10 @@ def run(ctx: RunContext) -> ExperimentResult:
 
     card = cm.GRID**2
     noise_var = cm.NOISE**2
-    b_noisy = [bcr_bound(cm.prior_gamma(n, noise_var), n, card, noise_var) for n in ns]
+    b_noisy = [bcr_bound(cm.prior_gamma(n, noise_var, prior), n, card, noise_var) for n in ns]
     b_quiet = []
     for n in ns:
-        vs, _ = noiseless_variance_sum(lambda lam, n=n: cm.prior_gamma(n, lam), LAMBDAS)
+        vs, _ = noiseless_variance_sum(lambda lam, n=n: cm.prior_gamma(n, lam, prior), LAMBDAS)
         b_quiet.append(bcr_bound(0.0, n, card, noise_var, variance_sum=vs))
     bound_slopes = {
         "noisy": _slope(ns, torch.tensor(b_noisy)),
@@ -84,6 +90,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     }
     holds = diff[1] > 0 and slopes["noiseless"] < slopes["noisy"]
 
+    png = f"noiseless{cm.suffix(prior)}.png"
     xs = [float(n) for n in ns]
     series, bands = {}, {}
     for k in settings:
@@ -94,12 +101,12 @@ def run(ctx: RunContext) -> ExperimentResult:
     series["bound (noisy)"] = (xs, b_noisy)
     series["bound (noiseless)"] = (xs, b_quiet)
     line_plot(
-        ctx.path("noiseless.png"),
+        ctx.path(png),
         series,
         bands=bands,
         logx=True,
         logy=True,
-        title=f"Q = {Q}: noisy (sd {cm.NOISE}) vs exact observations",
+        title=f"Q = {Q}, {cm.prior_label(prior)}: noisy (sd {cm.NOISE}) vs exact",
         xlabel="evaluations N",
         ylabel="mean cumulative regret R_N",
     )
@@ -120,7 +127,8 @@ def run(ctx: RunContext) -> ExperimentResult:
         f"vs {bound_slopes['noiseless']:.2f}"
     )
     summary = (
-        f"Paired over {seeds} GP-prior draws, Q = {Q}, N = {n_evals}: mean cumulative regret "
+        f"Paired over {seeds} GP-prior draws ({cm.prior_label(prior)}), Q = {Q}, N = {n_evals}: "
+        "mean cumulative regret "
         f"{float(cr['noisy'][:, -1].mean()):.2f} (noise sd {cm.NOISE}) vs "
         f"{float(cr['noiseless'][:, -1].mean()):.2f} (exact), difference {cm.fmt_ci(diff)}. "
         f"Growth exponents of R_N over N in [16, {n_evals}]: measured {slopes['noisy']:.2f} vs "
@@ -131,13 +139,15 @@ def run(ctx: RunContext) -> ExperimentResult:
         " noiseless rate."
     )
     return ExperimentResult(
-        title="Batched TS: exact observations give much lower regret than noisy ones",
+        title="Batched TS: exact observations give much lower regret than noisy ones"
+        + ("" if prior == cm.PRIOR else f" ({cm.prior_label(prior)} prior)"),
         claim=(
             "GP-BTS has much better regret in the noiseless setting than in the noisy one "
             "(lower cumulative regret, slower growth)."
         ),
         summary=summary,
         metrics={
+            "prior": prior.name,
             "n_evals": n_evals,
             "seeds": seeds,
             "batch_size": Q,
@@ -155,7 +165,7 @@ def run(ctx: RunContext) -> ExperimentResult:
             "below_bound_noiseless": below["noiseless"],
         },
         holds=bool(holds) if math.isfinite(slopes["noiseless"]) else False,
-        plots=["noiseless.png"],
+        plots=[png],
         table=table,
         paper="P06",
         measured=measured,

@@ -24,6 +24,7 @@ import torch
 from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress, run_experiment
 
 from ..loop import run as bo_run
+from ..models import KernelSpec
 from . import _common as cm
 
 #: Quick-mode wall seconds on a 2-core CPU (README: 11 s CPU under load, x1.5);
@@ -36,6 +37,11 @@ SR_TOL = 0.05
 
 
 def run(ctx: RunContext) -> ExperimentResult:
+    return warmup(ctx, cm.PRIOR)
+
+
+def warmup(ctx: RunContext, prior: KernelSpec) -> ExperimentResult:
+    """The experiment on GP-prior draws of ``prior``; rule as above."""
     cm.quiet()
     n_evals, seeds = (64, 20) if ctx.quick else (128, 30)
     rounds = n_evals // Q
@@ -43,7 +49,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     sr = {p: torch.zeros(seeds, n_evals, dtype=torch.float64) for p in ("bts", "bts-us")}
     bar = progress(total=2 * seeds, desc="warmup")
     for s in range(seeds):
-        obj = cm.objective(ctx.seed + s)
+        obj = cm.objective(ctx.seed + s, prior)
         for p in ("bts", "bts-us"):
             tr = bo_run(
                 obj,
@@ -63,6 +69,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     d_sr = cm.bootstrap(lambda x: (x[:, 0] - x[:, 1]).mean(), pair_sr, seed=2)
     holds = d_cr[1] > 0 and d_sr[2] <= SR_TOL
 
+    png = f"warmup{cm.suffix(prior)}.png"
     xs = [float(Q * r) for r in range(1, rounds + 1)]
     series, bands = {}, {}
     for p, label in (("bts", "BTS (no US)"), ("bts-us", f"BTS after {US_ROUNDS} US rounds")):
@@ -72,11 +79,11 @@ def run(ctx: RunContext) -> ExperimentResult:
             series[f"{label}: {what}"] = (xs, mean.tolist())
             bands[f"{label}: {what}"] = ((mean - 2 * se).tolist(), (mean + 2 * se).tolist())
     line_plot(
-        ctx.path("warmup.png"),
+        ctx.path(png),
         series,
         bands=bands,
         logy=True,
-        title=f"Q = {Q}: with vs without the uncertainty-sampling warm-up",
+        title=f"Q = {Q}, {cm.prior_label(prior)}: with vs without the US warm-up",
         xlabel="evaluations",
         ylabel="mean cumulative (R_N) / simple (S_N) regret",
     )
@@ -94,7 +101,8 @@ def run(ctx: RunContext) -> ExperimentResult:
         f"(Q={Q}, N={n_evals}, {seeds} seeds)"
     )
     summary = (
-        f"Paired over {seeds} GP-prior draws, Q = {Q}, N = {n_evals}: BTS without the warm-up "
+        f"Paired over {seeds} GP-prior draws ({cm.prior_label(prior)}), Q = {Q}, N = {n_evals}: "
+        "BTS without the warm-up "
         f"has mean cumulative regret {float(cr['bts'][:, -1].mean()):.2f} against "
         f"{float(cr['bts-us'][:, -1].mean()):.2f} with {US_ROUNDS} US rounds "
         f"(difference US - no US {cm.fmt_ci(d_cr)}); final simple regret "
@@ -103,13 +111,15 @@ def run(ctx: RunContext) -> ExperimentResult:
         f"and (b) the second's upper end <= {SR_TOL}."
     )
     return ExperimentResult(
-        title="Batched TS needs no uncertainty-sampling warm-up",
+        title="Batched TS needs no uncertainty-sampling warm-up"
+        + ("" if prior == cm.PRIOR else f" ({cm.prior_label(prior)} prior)"),
         claim=(
             "The initial uncertainty-sampling phase the earlier analyses require is unnecessary: "
             "BTS without it has lower cumulative regret and no worse final simple regret."
         ),
         summary=summary,
         metrics={
+            "prior": prior.name,
             "n_evals": n_evals,
             "seeds": seeds,
             "batch_size": Q,
@@ -122,7 +132,7 @@ def run(ctx: RunContext) -> ExperimentResult:
             "sr_diff_ci_high": d_sr[2],
         },
         holds=bool(holds),
-        plots=["warmup.png"],
+        plots=[png],
         table=table,
         paper="P06",
         measured=measured,
