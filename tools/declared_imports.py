@@ -36,6 +36,7 @@ from workspace import ROOT, library_members
 IMPORT_NAMES: dict[str, set[str]] = {
     "scikit-learn": {"sklearn"},
     "traker": {"trak"},
+    "xgboost-cpu": {"xgboost"},
     "pyyaml": {"yaml"},
     "pillow": {"PIL"},
     "opencv-python": {"cv2"},

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_depth": depth,
             "num_leaves": 2**depth,
             "lambda_l2": 0.0,
-            "min_sum_hessian_in_leaf": 0.0,
+            "min_sum_hessian_in_leaf": 1e-9,
             "min_data_in_leaf": 20,
             "boost_from_average": False,
             "num_threads": 1,

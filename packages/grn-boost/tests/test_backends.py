@@ -184,8 +184,12 @@ def test_estimators():
     assert len(list(clf.staged_predict_proba(X))) == 10
     with pytest.raises(RuntimeError, match="not fitted"):
         grn_boost.GRNBoostRegressor().predict(X)
-    with pytest.raises(ValueError, match="binary"):
-        grn_boost.GRNBoostClassifier().fit(X, np.arange(200) % 3)
+    with pytest.raises(ValueError, match=">= 2 classes"):
+        grn_boost.GRNBoostClassifier().fit(X, np.zeros(200))
+    # more than two classes: softmax (tests/test_multiclass.py)
+    assert (
+        grn_boost.GRNBoostClassifier(n_estimators=2).fit(X, np.arange(200) % 3).classes_.size == 3
+    )
 
 
 def test_poisson_runs_with_the_estimated_constant():
@@ -202,7 +206,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="unknown loss"):
         fit(X, y, "hinge")
     with pytest.raises(ValueError, match="unknown backend"):
-        fit(X, y, backend="catboost")
+        fit(X, y, backend="sklearn")
     with pytest.raises(ValueError, match="unknown scheme"):
         fit(X, y, scheme="adam")
     for M in (0.0, -1.0, math.inf, math.nan):

@@ -28,6 +28,28 @@ def test_restricted_optimum_matches_a_scalar_solver(name):
     assert r_star == pytest.approx(np.mean(loss.value(y, c[group])))
 
 
+@pytest.mark.parametrize("name", ["pseudo_huber", "squared_logcosh"])
+def test_the_two_routes_to_the_restricted_optimum_agree(name):
+    """Bisection on sum l' and safeguarded Newton: same minimisers, same R* (awkward sizes)."""
+    loss = get_loss(name)
+    _, y, group = rates.make_problem(7, 29, seed=5)
+    c1, r1 = rates.restricted_optimum(loss, y, group)
+    c2, r2 = rates.restricted_optimum_newton(loss, y, group)
+    # both are accurate to the rounding of sum l' near the root: |c| eps x group size / l''
+    np.testing.assert_allclose(c2, c1, rtol=0, atol=1e-9)
+    assert r2 == pytest.approx(r1, rel=1e-14)
+
+
+def test_slope_profile_of_a_power_law_then_a_geometric_tail():
+    k = np.arange(0, 3001, dtype=float)
+    gap = 5.0 / np.maximum(k, 1) ** 2
+    prof = rates.slope_profile(gap)
+    assert [(p["k0"], p["k1"]) for p in prof][-2:] == [(316, 1000), (1000, 3000)]
+    assert all(p["slope"] == pytest.approx(-2.0, abs=1e-12) for p in prof)
+    gap[1000:] = gap[1000] * 0.99 ** (k[1000:] - 1000)  # linear tail: steeper and steeper
+    assert rates.slope_profile(gap)[-1]["slope"] < -5
+
+
 def test_loglog_slope_and_contraction_on_exact_sequences():
     k = np.arange(0, 1001, dtype=float)
     gap = 7.0 / np.maximum(k, 1) ** 2

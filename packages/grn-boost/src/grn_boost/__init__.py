@@ -4,7 +4,7 @@ LightGBM.
 Layers: :mod:`~grn_boost.losses` (per-sample losses and their derivatives) ->
 :mod:`~grn_boost.newton` (the step and the diagnostics, pure functions) ->
 :mod:`~grn_boost.objectives` (custom objectives with per-round records) ->
-:mod:`~grn_boost.backends` (native / XGBoost / LightGBM loops) -> :mod:`~grn_boost.api`
+:mod:`~grn_boost.backends` (native / XGBoost / LightGBM / CatBoost loops) -> :mod:`~grn_boost.api`
 (:func:`fit` and the sklearn-style estimators) -> ``experiments``.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backends import BACKENDS, require, train
-from .losses import Logistic, Loss, Poisson, as_float_array, get_loss
+from .losses import Logistic, Loss, Poisson, Softmax, as_float_array, get_loss
 from .newton import SCHEMES
 from .objectives import SchemeObjective
 
@@ -29,6 +29,9 @@ def _inverse_link(loss: Loss, margin: np.ndarray) -> np.ndarray:
         return 0.5 * (1.0 + np.tanh(0.5 * margin))
     if isinstance(loss, Poisson):
         return np.exp(margin)
+    if isinstance(loss, Softmax):
+        e = np.exp(margin - np.max(margin, axis=1, keepdims=True))
+        return e / np.sum(e, axis=1, keepdims=True)
     return margin
 
 
@@ -89,6 +92,20 @@ def _check_X(X) -> np.ndarray:
     return X
 
 
+def _check_base_score(loss: Loss, y: np.ndarray, base_score):
+    """The start margin: the loss's best constant, or ``base_score`` (scalar, or ``K``-vector)."""
+    K = loss.n_outputs
+    if base_score is None:
+        base_score = loss.init_score(y)
+    base = np.asarray(base_score, dtype=np.float64)
+    if base.shape not in ((), (K,)) or (K > 1 and base.ndim == 0):
+        shape = "a number" if K == 1 else f"a vector of {K}"
+        raise ValueError(f"base_score must be {shape}, got shape {base.shape}")
+    if not np.all(np.isfinite(base)):
+        raise ValueError(f"base_score must be finite, got {base_score}")
+    return float(base) if K == 1 else base
+
+
 def fit(
     X,
     y,
@@ -112,7 +129,9 @@ def fit(
         y: labels, shape ``(n,)`` (checked by the loss: e.g. ``[0, 1]`` for logistic).
         loss: a name of ``grn_boost.losses.LOSSES`` or a ``Loss``.
         backend: ``"native"`` (sklearn tree structures, exact float64 leaf values; extra
-            ``experiments``), ``"xgboost"`` or ``"lightgbm"`` (extras of the same names).
+            ``native``), ``"xgboost"``, ``"lightgbm"`` or ``"catboost"`` (extras of the same
+            names; CatBoost's shift comes from a full-sample metric each round, see
+            :mod:`grn_boost.catboost_backend`).
         scheme: ``"grn"`` (Hessian + :math:`\sqrt{M\|g\|}` per sample), ``"newton"``
             (vanilla Newton boosting) or ``"gradient"`` (first-order boosting).
         rounds: number of boosting rounds, ``>= 0``.
@@ -120,9 +139,11 @@ def fit(
             need :math:`\eta \le 1`; larger values are refused).
         max_depth: tree depth, ``>= 1``.
         M: Hessian-Lipschitz constant of the loss (``> 0``); default the loss's
-            :math:`\sup|l'''|` times the largest weight (estimated at each iterate for Poisson).
+            :math:`\sup|l'''|` over the square root of the smallest positive weight
+            (estimated at each iterate for Poisson; softmax: the proved bound :math:`1/\sqrt2`).
         sample_weight: optional weights, shape ``(n,)``, ``>= 0``.
-        base_score: starting margin; default the loss's best constant.
+        base_score: starting margin (a ``K``-vector for softmax); default the loss's best
+            constant.
         loss_params: parameters of a named loss (e.g. ``{"delta": 1.0}``).
         backend_params: extra parameters passed to the backend's tree learner.
 
@@ -144,22 +165,21 @@ def fit(
     if not (math.isfinite(learning_rate) and 0 < learning_rate <= 1):
         raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate}")
     loss = get_loss(loss, **(loss_params or {}))
+    if isinstance(loss, Softmax):
+        loss = loss.with_labels(y)
     X = _check_X(X)
     yv = loss.check_labels(y)
     if yv.shape[0] != X.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but y has {yv.shape[0]} labels")
     obj = SchemeObjective(loss, yv, scheme=scheme, weight=sample_weight, M=M)
-    if base_score is None:
-        base_score = loss.init_score(yv)
-    elif not math.isfinite(base_score):
-        raise ValueError(f"base_score must be finite, got {base_score}")
+    base_score = _check_base_score(loss, yv, base_score)
     if backend == "native":
         require("sklearn.tree")
     model = train(
         backend,
         X,
         obj,
-        float(base_score),
+        base_score,
         int(rounds),
         float(learning_rate),
         int(max_depth),
@@ -269,7 +289,12 @@ class GRNBoostRegressor:
 
 
 class GRNBoostClassifier(GRNBoostRegressor):
-    """Binary classifier on the logistic loss; ``classes_`` are the two labels seen in ``fit``."""
+    """Classifier: the logistic loss for two classes, softmax cross-entropy for more.
+
+    ``classes_`` are the sorted labels seen in ``fit``; with more than two the loss is
+    ``softmax`` (one tree per class and round, per-class diagonal Hessian plus the GRN shift;
+    not on the ``catboost`` backend).
+    """
 
     def __init__(self, loss: str = "logistic", **kwargs):
         super().__init__(loss, **kwargs)
@@ -280,23 +305,32 @@ class GRNBoostClassifier(GRNBoostRegressor):
             raise ValueError(f"y must be 1-d, got shape {y.shape}")
         if y.dtype.kind == "f":
             as_float_array(y, "labels")
-        classes = np.unique(y)
-        if classes.shape[0] != 2:
-            raise ValueError(f"GRNBoostClassifier is binary: got {classes.shape[0]} classes")
+        classes, index = np.unique(y, return_inverse=True)
+        if classes.shape[0] < 2:
+            raise ValueError(f"GRNBoostClassifier needs >= 2 classes, got {classes.shape[0]}")
         self.classes_ = classes
-        return self._fit(X, (y == classes[1]).astype(np.float64), sample_weight)
+        loss = self.loss
+        if classes.shape[0] > 2 or loss == "softmax":
+            loss = Softmax(int(classes.shape[0]))
+        saved, self.loss = self.loss, loss
+        try:
+            return self._fit(X, index.astype(np.float64), sample_weight)
+        finally:
+            self.loss = saved
+
+    def _proba(self, p: np.ndarray) -> np.ndarray:
+        return p if p.ndim == 2 else np.stack([1.0 - p, p], axis=1)
 
     def predict_proba(self, X) -> np.ndarray:
-        p = self._result().predict(X)
-        return np.stack([1.0 - p, p], axis=1)
+        return self._proba(self._result().predict(X))
 
     def predict(self, X) -> np.ndarray:
-        return self.classes_[(self._result().predict(X) > 0.5).astype(int)]
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def staged_predict_proba(self, X):
         for p in self._result().staged_predict(X):
-            yield np.stack([1.0 - p, p], axis=1)
+            yield self._proba(p)
 
     def staged_predict(self, X):
-        for p in self._result().staged_predict(X):
-            yield self.classes_[(p > 0.5).astype(int)]
+        for p in self.staged_predict_proba(X):
+            yield self.classes_[np.argmax(p, axis=1)]

@@ -21,7 +21,13 @@ logistic        :math:`\log(1+e^F) - yF`, y in {0,1}   :math:`1/(6\sqrt3)` (at
                                                        :math:`p = 1/2 \pm 1/(2\sqrt3)`)
 poisson         :math:`e^F - yF`, y >= 0               unbounded (:math:`l''' = e^F`): ``None``,
                                                        estimated at the iterate
+softmax         :math:`\log\sum_k e^{F_k} - F_y`,      :math:`1/\sqrt2` (proved bound; the
+                :math:`F \in \mathbb{R}^K`             brute-force sup is :math:`\sqrt6/9`)
 ==============  =====================================  =========================================
+
+``softmax`` is the one multi-output loss (``n_outputs = K``): margins are ``(n, K)``, ``grad``
+is ``p - e_y`` and ``hess`` returns the *diagonal* ``p (1 - p)`` that per-class trees use (the
+full Hessian ``diag(p) - p p^T`` is at most twice that diagonal; see :class:`Softmax`).
 
 Example:
     >>> import numpy as np
@@ -45,6 +51,7 @@ __all__ = [
     "Loss",
     "Poisson",
     "PseudoHuber",
+    "Softmax",
     "Squared",
     "SquaredLogCosh",
     "as_float_array",
@@ -75,6 +82,8 @@ class Loss:
 
     name: str = "loss"
     hessian_lipschitz: float | None = None
+    #: margins per sample: 1 (a vector ``F``) or ``K`` (an ``(n, K)`` array; ``softmax``)
+    n_outputs: int = 1
 
     def value(self, y: np.ndarray, f: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -176,9 +185,27 @@ class PseudoHuber(Loss):
         return 1.0 / (s * s * s)
 
     def evaluate(self, y, f):
-        t, s = self._s(y, f)
+        # the objective's hot path (every round, every row): the same arithmetic as value /
+        # grad / hess, in place, with one overflow check (a max) instead of two passes
+        t = f - y
+        if self.delta != 1.0:
+            t /= self.delta
+        with np.errstate(over="ignore"):
+            s = t * t
+        s += 1.0
+        np.sqrt(s, out=s)
+        if not np.isfinite(s.max(initial=0.0)):  # t^2 overflowed: sqrt(1 + t^2) by hypot
+            s = np.hypot(1.0, t)
         r = 1.0 / s
-        return self._value(t, s), (self.delta * t) * r, r * r * r
+        v = s + 1.0
+        np.divide(t, v, out=v)
+        v *= t
+        if self.delta != 1.0:
+            v *= self.delta**2
+        g = t * r if self.delta == 1.0 else (self.delta * t) * r
+        h = r * r
+        h *= r
+        return v, g, h
 
     def third(self, y, f):
         t, s = self._s(y, f)
@@ -316,6 +343,104 @@ class Poisson(Loss):
         return math.log(m)
 
 
+@dataclass(frozen=True, repr=True)
+class Softmax(Loss):
+    r"""Multiclass cross-entropy on ``K`` logits, ``l = logsumexp(F) - F_y``, labels ``0..K-1``.
+
+    Derivatives, with :math:`p = \mathrm{softmax}(F)`: :math:`\nabla l = p - e_y`,
+    :math:`\nabla^2 l = \mathrm{diag}(p) - pp^\top` (:meth:`hess_quadratic`), and the third
+    directional derivative along a unit :math:`u` is the third central moment
+    :math:`E_p[(u - E_p u)^3]` of ``u`` under ``p``. ``hess`` returns the diagonal
+    :math:`D = \mathrm{diag}(p(1-p))` that one tree per class uses, and
+    :math:`\nabla^2 l \preceq 2D` because
+    :math:`\mathrm{Var}_p(v) = \tfrac12\sum_{j,k} p_jp_k(v_j-v_k)^2
+    \le \sum_{j \ne k} p_jp_k(v_j^2+v_k^2) = 2\sum_j p_j(1-p_j)v_j^2`.
+
+    Hessian-Lipschitz constant (Euclidean norm on :math:`\mathbb{R}^K`): with
+    :math:`v = u - E_p u`, :math:`|E_p v^3| \le \max_k|v_k|\,\mathrm{Var}_p(u)`; the range
+    :math:`r = \max u - \min u \le \sqrt2\,\|u\|_2` bounds :math:`\max_k |v_k| \le r` and
+    :math:`\mathrm{Var}_p(u) \le r^2/4`, so :math:`|E_p v^3| \le r^3/4 \le 1/\sqrt2`. A
+    brute-force search (tests) finds the sup :math:`\sqrt6/9 \approx 0.272` (the two-class
+    logistic value along :math:`u = (e_1 - e_2)/\sqrt2`) for ``K`` up to 5; the default is the
+    proved bound, ``M=`` overrides it.
+
+    Args:
+        n_classes: ``K >= 2``; ``None``: set from the labels by :meth:`with_labels`.
+    """
+
+    n_classes: int | None = None
+    name = "softmax"
+    hessian_lipschitz = 1.0 / math.sqrt(2.0)
+
+    def __post_init__(self):
+        K = self.n_classes
+        if K is not None and not (isinstance(K, int | np.integer) and K >= 2):
+            raise ValueError(f"softmax needs n_classes >= 2, got {K!r}")
+
+    @property
+    def n_outputs(self) -> int:  # type: ignore[override]
+        if self.n_classes is None:
+            raise ValueError("softmax: n_classes is unknown until labels are seen")
+        return int(self.n_classes)
+
+    def with_labels(self, y) -> Softmax:
+        """This loss with ``n_classes`` set from the labels (``max + 1``) when it was ``None``."""
+        if self.n_classes is not None:
+            return self
+        y = as_float_array(y, "labels")
+        return Softmax(max(2, int(np.max(y)) + 1))
+
+    def check_labels(self, y):
+        y = as_float_array(y, "labels")
+        K = self.n_outputs
+        if np.any((y < 0) | (y >= K) | (y != np.round(y))):
+            raise ValueError(f"softmax loss needs integer labels in [0, {K}), got {y[:5]}")
+        return y
+
+    @staticmethod
+    def _parts(f):
+        z = f - np.max(f, axis=1, keepdims=True)  # shifted: no overflow
+        e = np.exp(z)
+        s = np.sum(e, axis=1, keepdims=True)
+        return z, e / s, np.log(s[:, 0])
+
+    @staticmethod
+    def _index(y, f):
+        return np.arange(f.shape[0]), y.astype(np.intp)
+
+    def value(self, y, f):
+        z, _, lse = self._parts(f)
+        return lse - z[self._index(y, f)]
+
+    def grad(self, y, f):
+        return self.evaluate(y, f)[1]
+
+    def hess(self, y, f):
+        p = self._parts(f)[1]
+        return p * (1.0 - p)
+
+    def evaluate(self, y, f):
+        z, p, lse = self._parts(f)
+        idx = self._index(y, f)
+        g = p.copy()
+        g[idx] -= 1.0
+        return lse - z[idx], g, p * (1.0 - p)
+
+    def hess_quadratic(self, y, f, d) -> np.ndarray:
+        r"""Per sample :math:`d_i^\top \nabla^2 l_i\, d_i = \mathrm{Var}_{p_i}(d_i)` (full H)."""
+        p = self._parts(f)[1]
+        m = np.sum(p * d, axis=1)
+        return np.sum(p * d * d, axis=1) - m * m
+
+    def third(self, y, f):
+        raise NotImplementedError("softmax: the third derivative is a tensor (see the docstring)")
+
+    def init_score(self, y):
+        counts = np.bincount(y.astype(np.intp), minlength=self.n_outputs).astype(np.float64)
+        logp = np.log(np.maximum(counts / counts.sum(), 1e-12))
+        return logp - logp.mean()
+
+
 LOSSES: dict[str, type[Loss]] = {
     "squared": Squared,
     "squared_logcosh": SquaredLogCosh,
@@ -323,6 +448,7 @@ LOSSES: dict[str, type[Loss]] = {
     "logcosh": LogCosh,
     "logistic": Logistic,
     "poisson": Poisson,
+    "softmax": Softmax,
 }
 
 

@@ -33,12 +33,14 @@ from .newton import (
     cosine_angle,
     gradient_edge,
     grn_regulariser,
+    inner,
     modified_hessian,
 )
 
 __all__ = [
     "HISTORY_KEYS",
     "SchemeObjective",
+    "as_columns",
     "check_weight",
     "grad_hess",
     "lightgbm_objective",
@@ -116,9 +118,15 @@ def grad_hess(
     if weight is None:
         a, lam = modified_hessian(d1, d2, scheme, m)
         return d1, a, lam, m
-    lam = grn_regulariser(np.sqrt(weight) * d1, m) if scheme == "grn" else 0.0
-    a = weight * {"grn": d2 + lam, "newton": d2, "gradient": 1.0}[scheme]
-    return weight * d1, a, lam, m
+    wb = as_columns(weight, d1)
+    lam = grn_regulariser(np.sqrt(wb) * d1, m) if scheme == "grn" else 0.0
+    a = wb * {"grn": d2 + lam, "newton": d2, "gradient": np.ones_like(d2)}[scheme]
+    return wb * d1, a, lam, m
+
+
+def as_columns(weight: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """Per-sample ``weight`` shaped to broadcast against ``like`` (``(n,)`` or ``(n, K)``)."""
+    return weight if like.ndim == 1 else weight[:, None]
 
 
 class SchemeObjective:
@@ -140,6 +148,8 @@ class SchemeObjective:
     def __init__(self, loss: Loss, y, *, scheme: str = "grn", weight=None, M=None):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}; known: {list(SCHEMES)}")
+        if hasattr(loss, "with_labels"):  # softmax without n_classes: from the labels
+            loss = loss.with_labels(y)
         self.loss = loss
         self.y = loss.check_labels(y)
         self.weight = check_weight(weight, self.y.shape[0])
@@ -156,19 +166,26 @@ class SchemeObjective:
         v = self.loss.value(self.y, f) if values is None else values
         if self.weight is None:
             return float(np.mean(v))
-        return float(np.dot(self.weight, v) / np.sum(self.weight))
+        return inner(self.weight, v) / float(np.sum(self.weight))
 
     def _unweighted(self, g: np.ndarray) -> np.ndarray:
         if self.weight is None:
             return g
-        pos = self.weight > 0
-        return np.where(pos, g / np.where(pos, self.weight, 1.0), 0.0)
+        w = as_columns(self.weight, g)
+        pos = w > 0
+        return np.where(pos, g / np.where(pos, w, 1.0), 0.0)
 
     def _close_round(self, f_next: np.ndarray, values: np.ndarray | None = None) -> None:
         f_prev, g, a = self._last
         step = f_next - f_prev
-        self.history["cosine"].append(cosine_angle(g, a, step))
-        self.history["edge"].append(gradient_edge(self._unweighted(g), step, self.weight))
+        # the diagnostics are inner products over all (sample, class) entries: flatten
+        w = None if self.weight is None else np.broadcast_to(as_columns(self.weight, g), g.shape)
+        self.history["cosine"].append(cosine_angle(g.ravel(), a.ravel(), step.ravel()))
+        self.history["edge"].append(
+            gradient_edge(
+                self._unweighted(g).ravel(), step.ravel(), None if w is None else w.ravel()
+            )
+        )
         self.history["loss"].append(self.total_loss(f_next, values))
         self._last = None
 
@@ -179,9 +196,11 @@ class SchemeObjective:
 
     def _call(self, f) -> tuple[np.ndarray, np.ndarray]:
         # a copy: LightGBM hands over its score buffer and updates it in place
-        f = np.array(f, dtype=np.float64, copy=True).reshape(-1)
-        if f.shape[0] != self.y.shape[0]:
-            raise ValueError(f"got {f.shape[0]} margins for {self.y.shape[0]} labels")
+        f = np.array(f, dtype=np.float64, copy=True)
+        n, K = self.y.shape[0], self.loss.n_outputs
+        if f.size != n * K:
+            raise ValueError(f"got {f.size} margins for {n} labels x {K} outputs")
+        f = f.reshape(n) if K == 1 else f.reshape(n, K)
         v, d1, d2 = self.loss.evaluate(self.y, f)
         if self._last is not None:
             self._close_round(f, v)
@@ -201,8 +220,8 @@ class SchemeObjective:
             M=self.M,
             derivatives=(d1, d2),
         )
-        wd1 = d1 if self.weight is None else self.weight * d1
-        self.history["grad_norm"].append(math.sqrt(float(np.dot(wd1, d1))))
+        wd1 = d1 if self.weight is None else as_columns(self.weight, d1) * d1
+        self.history["grad_norm"].append(math.sqrt(inner(wd1, d1)))
         self.history["reg"].append(lam)
         self.history["M"].append(m)
         self._last = (f, g, a)
@@ -220,8 +239,9 @@ class SchemeObjective:
     def finish(self, f_final) -> dict[str, list[float]]:
         """Close the last round with the final training margins; returns ``history``."""
         if self._last is not None:
+            f = np.asarray(f_final, dtype=np.float64).reshape(self._last[0].shape)
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                self._close_round(np.asarray(f_final, dtype=np.float64).reshape(-1))
+                self._close_round(f)
         return self.history
 
 

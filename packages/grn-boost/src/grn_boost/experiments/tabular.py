@@ -34,6 +34,7 @@ import numpy as np
 
 from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress, run_experiment
 
+from .._optional import require
 from ..api import fit
 from ..losses import get_loss
 
@@ -65,8 +66,7 @@ def _ours(scheme, loss, X, y, lr, R):
 
 
 def _xgb_builtin(loss, X, y, lr, R, base_score=None):
-    import xgboost as xgb
-
+    xgb = require("xgboost")  # an ImportError that names the extra, as the backends do
     obj = {"pseudo_huber": "reg:pseudohubererror", "logistic": "binary:logistic"}[loss]
     params = {"objective": obj, "eta": lr, "max_depth": DEPTH, "nthread": 1, "verbosity": 0}
     if base_score is not None:
@@ -76,7 +76,7 @@ def _xgb_builtin(loss, X, y, lr, R, base_score=None):
 
 
 def _lgb_builtin(loss, X, y, lr, R):
-    import lightgbm as lgb
+    lgb = require("lightgbm")
 
     obj = {"pseudo_huber": "huber", "logistic": "binary"}[loss]
     params = {
