@@ -77,6 +77,14 @@ BENCHMARKS: tuple[Bench, ...] = (
         "bf16 polar-factor accuracy against float64",
     ),
     Bench(
+        "nfi",
+        "benchmarks/bench_stable_ce.py",
+        ("--device", "cuda"),
+        ("--device", "cpu", "--size", "64x1000", "--repeats", "2", "--monitor-pairs", "0"),
+        120,
+        "StableCrossEntropy fwd+bwd (Triton backward) <= 1.0x torch CE, 4096 x 32768, 3 dtypes",
+    ),
+    Bench(
         "adaptive-lmo",
         "benchmarks/bench_overhead.py",
         ("--device", "cuda", "--quick"),

@@ -147,3 +147,104 @@ def test_bad_inputs():
         Monitor(net, window=1)
     with pytest.raises(ValueError, match="growth"):
         Monitor(net, growth=1.0)
+
+
+def test_record_agrees_with_the_reference_functions():
+    # The Monitor computes its quantities in fused form; the library functions are the
+    # references. Random awkward sizes, a third of the rows made absorbed (target entry 0,
+    # others >= 0), one all-zero row (not absorbed: nothing positive).
+    from nfi.dynamics import classifier_mean_drift, zero_sum_violation
+    from nfi.thresholds import absorbed_rows
+
+    gen = torch.Generator().manual_seed(5)
+    N, d, C = 37, 13, 11
+    net = Net(d=d, C=C)
+    mon = Monitor(net, head="fc")
+    x = torch.randn(N, d, generator=gen, dtype=torch.float32)
+    G = torch.randn(N, C, generator=gen) * torch.logspace(-6, 2, N)[:, None]
+    G[::3] = G[::3].abs()
+    G[::3, 0] = 0.0
+    G[4] = 0.0
+    out = net(x)
+    out.backward(G)
+    rec = mon.latest()
+    Gd, xd = G.double(), x.double()
+    assert rec["absorbed_frac"] == absorbed_rows(G).double().mean().item()
+    assert 0 < rec["absorbed_frac"] < 1
+    sig = zero_sum_violation(G)
+    assert rec["zero_sum"] == pytest.approx(sig.sum().item(), rel=1e-13)
+    assert rec["zero_sum_rel"] == pytest.approx((sig.sum() / Gd.abs().sum()).item(), rel=1e-13)
+    w = net.fc.weight.detach().double()
+    assert rec["w_mean_norm"] == pytest.approx(w.mean(0).norm().item(), rel=1e-13)
+    assert rec["h_mean_norm"] == pytest.approx(xd.mean(0).norm().item(), rel=1e-13)
+    drift = classifier_mean_drift(G, x).norm().item()
+    assert rec["drift_norm"] == pytest.approx(drift, rel=1e-13)
+
+
+def test_steps_are_counted_by_backward_passes_and_eval_forwards_do_not_count():
+    net = Net()
+    mon = Monitor(net, head="fc", every=2)
+    x, y = torch.randn(5, 3), torch.randint(0, 4, (5,))
+    for _ in range(5):
+        with torch.no_grad():
+            net(x)  # an evaluation forward: neither a step nor a record
+        F.cross_entropy(net(x), y).backward()
+    assert mon.calls == 5 and mon.history["step"] == [0, 2, 4]
+    # between recording steps the head carries no forward hook (the cheap path)
+    assert len(net.fc._forward_hooks) == 0
+    mon.remove()
+    assert len(net.fc._forward_hooks) == 0 and not net.fc.weight._backward_hooks
+
+
+def test_frozen_head_counts_training_forwards():
+    net = Net()
+    net.fc.weight.requires_grad_(False)
+    mon = Monitor(net, head="fc", every=2)
+    x = torch.randn(5, 3, requires_grad=True)  # the head's output still needs a gradient
+    y = torch.randint(0, 4, (5,))
+    for _ in range(5):
+        F.cross_entropy(net(x), y).backward()
+    assert mon.history["step"] == [0, 2, 4]
+    assert mon.latest()["w_mean_norm"] > 0
+
+
+def test_batched_records_of_varying_shapes_match_per_step_references():
+    # 40 steps (more than one batch of records) with batch sizes that change in runs, so the
+    # deferred reduction groups records by shape; each record must equal the reference
+    # quantities of its own step's gradient, features and weight.
+    from nfi.dynamics import classifier_mean_drift, zero_sum_violation
+    from nfi.thresholds import absorbed_rows
+
+    gen = torch.Generator().manual_seed(9)
+    net = Net(d=5, C=7)
+    mon = Monitor(net, head="fc", every=1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.5)
+    ref = []
+    for k in range(40):
+        n = (3, 3, 8, 1)[k // 10] if k % 7 else 2
+        x = torch.randn(n, 5, generator=gen) * 3
+        y = torch.randint(0, 7, (n,), generator=gen)
+        w = net.fc.weight.detach().double().clone()
+        logits = net(x)
+        logits.retain_grad()
+        F.cross_entropy(logits, y).backward()
+        g = logits.grad
+        ref.append(
+            (
+                absorbed_rows(g).double().mean().item(),
+                zero_sum_violation(g).sum().item(),
+                w.mean(0).norm().item(),
+                x.double().mean(0).norm().item(),
+                classifier_mean_drift(g, x).norm().item(),
+            )
+        )
+        opt.step()
+        opt.zero_grad()
+    h = mon.history
+    assert h["step"] == list(range(40))
+    for k, (ab, zs, wn, hn, dn) in enumerate(ref):
+        assert h["absorbed_frac"][k] == ab
+        assert h["zero_sum"][k] == pytest.approx(zs, rel=1e-12, abs=1e-300)
+        assert h["w_mean_norm"][k] == pytest.approx(wn, rel=1e-13)
+        assert h["h_mean_norm"][k] == pytest.approx(hn, rel=1e-13)
+        assert h["drift_norm"][k] == pytest.approx(dn, rel=1e-9, abs=1e-300)

@@ -128,8 +128,15 @@ if HAS_TRITON:
 def ce_grad_triton(logp: Tensor, target: Tensor, w: Tensor) -> Tensor:
     """Launch the Triton kernel (float32/bf16/fp16; see :func:`ce_grad_reference`)."""
     require_triton("ce_grad_triton")
-    check_launchable(logp, target, w)
     _check(logp, target, w)
+    return launch_ce_grad(logp, target, w)
+
+
+def launch_ce_grad(logp: Tensor, target: Tensor, w: Tensor) -> Tensor:
+    """:func:`ce_grad_triton` without the target range check (whose ``min``/``max`` are host
+    syncs): for callers that have checked the targets already, as :mod:`nfi.loss` does."""
+    require_triton("launch_ce_grad")
+    check_launchable(logp, target, w)
     if logp.dtype not in _TRITON_DTYPES:
         raise ValueError(f"ce_grad_triton takes {_TRITON_DTYPES}, got {logp.dtype}")
     lp = logp.contiguous()

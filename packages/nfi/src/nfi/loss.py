@@ -44,6 +44,7 @@ MODES = ("confident", "absorbed")
 BACKENDS = ("auto", "torch", "triton")
 REDUCTIONS = ("mean", "sum", "none")
 _LOG_HALF = -math.log(2.0)
+_TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _flatten(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor, tuple[int, ...] | None]:
@@ -78,14 +79,15 @@ def _flatten(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor, tuple[int,
 
 
 def _check_target_range(target: Tensor, C: int, ignore_index: int) -> None:
-    valid = target != ignore_index
-    if valid.any():
-        t = target[valid]
+    # one host sync on the common (valid) path: on a GPU each sync stalls the launch queue,
+    # and torch's own CE (a device-side assert) has none to set the pace against
+    bad = (target != ignore_index) & ((target < 0) | (target >= C))
+    if bool(bad.any()):
+        t = target[target != ignore_index]
         lo, hi = int(t.min()), int(t.max())
-        if lo < 0 or hi >= C:
-            raise ValueError(
-                f"target out of range [0, {C}) (ignore_index={ignore_index}): min {lo}, max {hi}"
-            )
+        raise ValueError(
+            f"target out of range [0, {C}) (ignore_index={ignore_index}): min {lo}, max {hi}"
+        )
 
 
 class StableCrossEntropyFunction(torch.autograd.Function):
@@ -147,9 +149,10 @@ def stable_ce_grad(
         w = (grad_out.to(logp.dtype) / total).expand(N)
     w = torch.where(valid, w, torch.zeros_like(w))
     if backend == "triton":
-        from .kernels import ce_grad_triton
+        from .kernels import launch_ce_grad
 
-        return ce_grad_triton(logp, safe_t.squeeze(1), w.contiguous())
+        # targets were range-checked by the caller; the launcher's own check would add syncs
+        return launch_ce_grad(logp, safe_t.squeeze(1), w.contiguous())
     # index_put_, not scatter_: bf16 scatter_ on CPU rewrites the whole tensor (3x slower)
     rows_idx = torch.arange(N, device=logp.device)
     grad_logp = torch.zeros_like(logp).index_put_((rows_idx, safe_t[:, 0]), -w)
@@ -209,9 +212,9 @@ def stable_cross_entropy(
         ignore_index: target value whose rows contribute nothing (and do not count in the mean).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         mode: ``"confident"`` or ``"absorbed"``.
-        backend: ``"auto"`` (the Triton kernel for CUDA tensors in mode ``"confident"`` when
-            Triton is installed, else torch), ``"torch"``, or ``"triton"`` (CUDA, or CPU under
-            ``TRITON_INTERPRET=1``).
+        backend: ``"auto"`` (the Triton kernel for float32/bf16/fp16 CUDA tensors in mode
+            ``"confident"`` when Triton is installed, else torch), ``"torch"``, or
+            ``"triton"`` (CUDA, or CPU under ``TRITON_INTERPRET=1``).
 
     Returns:
         The loss (a scalar, or the target's shape for ``"none"``).
@@ -235,7 +238,9 @@ def stable_cross_entropy(
     z, t, shape = _flatten(logits, target)
     _check_target_range(t, z.shape[1], ignore_index)
     if backend == "auto":
-        backend = "triton" if (z.is_cuda and mode == "confident" and _has_triton()) else "torch"
+        # the kernel takes float32/bf16/fp16; float64 logits keep the torch path
+        fused = z.is_cuda and mode == "confident" and z.dtype in _TRITON_DTYPES
+        backend = "triton" if (fused and _has_triton()) else "torch"
     loss = StableCrossEntropyFunction.apply(z, t, ignore_index, reduction, mode, backend)
     if shape is not None and reduction == "none":
         loss = loss.reshape(shape)
