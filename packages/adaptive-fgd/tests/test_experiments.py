@@ -12,9 +12,9 @@ from adaptive_fgd.experiments import regression, vision
 
 def test_time_to_and_fitted_rate():
     rows = [
-        {"seconds": 1.0, "test_mse": 0.5, "loss": 0.5, "met": True},
-        {"seconds": 2.0, "test_mse": 0.1, "loss": 0.25, "met": True},
-        {"seconds": 3.0, "test_mse": 0.2, "loss": 0.3, "met": False},
+        {"seconds": 1.0, "test_error": 0.5, "loss": 0.5, "met": True},
+        {"seconds": 2.0, "test_error": 0.1, "loss": 0.25, "met": True},
+        {"seconds": 3.0, "test_error": 0.2, "loss": 0.3, "met": False},
     ]
     assert regression.time_to(rows, 0.1) == 2.0
     assert regression.time_to(rows, 0.01) == math.inf
@@ -54,3 +54,22 @@ def test_vision_image_loads_in_range(pool):
     img = vision.load_image(pool)
     assert img.shape == (256 // pool, 256 // pool, 3)
     assert float(img.min()) >= 0 and float(img.max()) <= 1
+
+
+def test_logistic_excess_risk_is_the_kl_divergence():
+    # route 1: loss minus its value at logit p (the helper); route 2: KL(p || sigmoid(f)) written
+    # out with logs of probabilities.
+    x, y, _, yt = regression.make_data(50, 40, seed=3, loss="logistic")
+    assert bool((y.abs() < 1).all()) and x.shape == (50, 2) and yt.shape == (40, 1)
+    f = torch.randn(40, 1, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    p, q = (1 + yt) / 2, torch.sigmoid(f)
+    kl = (p * torch.log(p / q) + (1 - p) * torch.log((1 - p) / (1 - q))).mean()
+    assert math.isclose(regression.excess_risk("logistic", f, yt), float(kl), rel_tol=1e-10)
+    assert regression.excess_risk("logistic", 2 * torch.atanh(yt), yt) <= 1e-15
+    assert math.isclose(regression.excess_risk("squared", f, yt), float(((f - yt) ** 2).mean()))
+
+
+def test_fitted_rate_measures_the_gap_above_the_floor():
+    rows = [{"loss": 1.5, "met": True}, {"loss": 1.25, "met": True}, {"loss": 1.3, "met": False}]
+    rate, mono, used = regression.fitted_rate(rows, initial_loss=2.0, floor=1.0)
+    assert used == 2 and mono and math.isclose(rate, 0.5)  # gaps 1 -> 0.5 -> 0.25

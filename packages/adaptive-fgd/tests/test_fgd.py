@@ -174,7 +174,7 @@ def test_fit_rejects_bad_data():
         fgd.fit(torch.zeros(5, 2), torch.zeros(5), steps=-1)
     with pytest.raises(ValueError, match="labels"):
         AdaptiveFGD(RandomFourierFeatures(2, 0.4, cap=64), loss="logistic").fit(
-            torch.rand(5, 2), torch.tensor([0.0, 1, 1, -1, 1]), steps=1
+            torch.rand(5, 2), torch.tensor([0.0, 1, 1, -2, 1]), steps=1
         )
     with pytest.raises(RuntimeError, match="fit"):
         AdaptiveFGD(RandomFourierFeatures(2, 0.4, cap=64)).step()

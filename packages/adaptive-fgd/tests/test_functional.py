@@ -22,8 +22,10 @@ from adaptive_fgd.representations import gaussian_kernel
 
 
 def _labels(n, k, gen, loss):
-    if loss == "logistic":
-        return torch.where(torch.rand(n, k, generator=gen) < 0.5, -1.0, 1.0)
+    if loss == "logistic":  # hard labels and soft (expected) labels 2p - 1 mixed
+        hard = torch.where(torch.rand(n, k, generator=gen) < 0.5, -1.0, 1.0)
+        soft = 2 * torch.rand(n, k, generator=gen) - 1
+        return torch.where(torch.rand(n, k, generator=gen) < 0.5, hard, soft)
     return torch.randn(n, k, generator=gen)
 
 
@@ -205,3 +207,18 @@ def test_gradient_bad_inputs():
         step_size(0.0, 0.5)
     with pytest.raises(ValueError, match="pl_constant"):
         pl_rate(1.0, 2.0, 0.5)
+
+
+def test_soft_label_logistic_is_the_expected_hard_label_loss_and_minimised_at_logit():
+    # route 1: the soft-label formula; route 2: the average of the two hard-label losses
+    # softplus(-y u) weighted by P(y = +1) = p, written independently here.
+    gen = torch.Generator().manual_seed(21)
+    u = 6 * torch.randn(40, 3, generator=gen)
+    p = torch.rand(40, 3, generator=gen)
+    hard = p * torch.log1p(torch.exp(-u)) + (1 - p) * torch.log1p(torch.exp(u))
+    torch.testing.assert_close(loss_value("logistic", u, 2 * p - 1), hard, rtol=1e-13, atol=0)
+    # the derivative vanishes at logit p (the minimiser) and is increasing (convex loss)
+    logit = torch.log(p) - torch.log1p(-p)
+    d0 = loss_derivative("logistic", logit, 2 * p - 1)
+    assert float(d0.abs().max()) <= 4 * torch.finfo(torch.float64).eps
+    assert bool((loss_derivative("logistic", logit + 0.1, 2 * p - 1) > 0).all())

@@ -3,6 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from .fgd import AdaptiveFGD, FitResult, RepresentationCapError, StepRecord, refine_until
+from .neural import NeuralFeatures
 from .representations import FeatureFamily, KernelCentres, NestedRidge, RandomFourierFeatures
 
 try:
@@ -16,6 +17,7 @@ __all__ = [
     "FitResult",
     "KernelCentres",
     "NestedRidge",
+    "NeuralFeatures",
     "RandomFourierFeatures",
     "RepresentationCapError",
     "StepRecord",

@@ -71,6 +71,7 @@ class StepRecord:
     loss: float
     rel_error: float  #: estimate on held-out check points (what the rule used)
     rel_error_full: float  #: over the whole sample measure (diagnostic)
+    grad_norm_sq: float  #: :math:`\|g_t\|^2_{L^2(\mu_n)}` at the iterate the step started from
     size: int
     lr: float
     seconds: float  #: cumulative wall time of the steps
@@ -142,7 +143,8 @@ class AdaptiveFGD:
     Args:
         family: a :class:`~adaptive_fgd.representations.FeatureFamily` (its ``cap`` bounds the
             representation and the iterate).
-        loss: ``"squared"`` or ``"logistic"`` (labels in {-1, +1}).
+        loss: ``"squared"`` or ``"logistic"`` (labels in [-1, +1]: ±1, or the expected label
+            :math:`2p-1` of a point with conditional probability :math:`p`).
         delta: relative-error target :math:`\delta\in(0,1)`.
         lr: step size; default :math:`(1-\delta)/(L(1+\delta)^2)` with :math:`L` the loss's
             smoothness.
@@ -235,8 +237,9 @@ class AdaptiveFGD:
             raise ValueError("need at least two points: one to fit and one to check")
         if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
             raise ValueError("x and y must be finite")
-        if self.loss == "logistic" and not bool(((y == 1) | (y == -1)).all()):
-            raise ValueError("the logistic loss takes labels in {-1, +1}")
+        if self.loss == "logistic" and not bool((y.abs() <= 1).all()):
+            top = float(y.abs().max())
+            raise ValueError(f"the logistic loss takes labels in [-1, +1], got |y| up to {top}")
         n = x.shape[0]
         gen = torch.Generator().manual_seed(self.seed)
         perm = torch.randperm(n, generator=gen)
@@ -320,6 +323,7 @@ class AdaptiveFGD:
             loss=loss,
             rel_error=res.rel_error,
             rel_error_full=relative_error(ghat, g),
+            grad_norm_sq=float((g**2).sum(1).mean()),
             size=m,
             lr=self.lr,
             seconds=self._elapsed,

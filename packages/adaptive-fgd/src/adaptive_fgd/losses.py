@@ -19,7 +19,7 @@ import torch
 
 __all__ = ["LOSSES", "check_loss", "loss_derivative", "loss_value", "smoothness"]
 
-#: the losses this module knows; ``logistic`` takes labels in {-1, +1}.
+#: the losses this module knows; ``logistic`` takes labels in [-1, +1] (see :func:`loss_value`).
 LOSSES = ("squared", "logistic")
 
 
@@ -34,7 +34,12 @@ def loss_value(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     r"""Pointwise loss :math:`\ell(u, y)`, same shape as ``u``.
 
     * ``squared``: :math:`\tfrac12 (u - y)^2`;
-    * ``logistic``: :math:`\log(1 + e^{-y u})`, ``y`` in {-1, +1} (computed with softplus).
+    * ``logistic``: :math:`\log(1 + e^{-y u})` for ``y`` in {-1, +1}; for ``y`` in
+      :math:`[-1, 1]` the expected loss of a label that is :math:`+1` with probability
+      :math:`p = (1+y)/2`: :math:`p\log(1+e^{-u}) + (1-p)\log(1+e^{u})` (the population risk
+      at a point whose conditional probability is :math:`p`; its minimiser
+      :math:`\operatorname{logit} p` is finite for :math:`|y| < 1`). Both forms agree at
+      :math:`\pm1`; computed with softplus.
 
     Args:
         name: one of :data:`LOSSES`.
@@ -47,15 +52,21 @@ def loss_value(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     check_loss(name)
     if name == "squared":
         return 0.5 * (u - y) ** 2
-    return torch.nn.functional.softplus(-y * u)
+    p = 0.5 * (1 + y)  # two softplus terms (not softplus(u) - p u) stay accurate for large |u|
+    sp = torch.nn.functional.softplus
+    return p * sp(-u) + (1 - p) * sp(u)
 
 
 def loss_derivative(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    r""":math:`\partial_u \ell(u, y)`: ``u - y`` (squared), :math:`-y\,\sigma(-y u)` (logistic)."""
+    r""":math:`\partial_u \ell(u, y)`: ``u - y`` (squared), :math:`\sigma(u) - (1+y)/2` (logistic).
+
+    For ``y`` in {-1, +1} the logistic one is :math:`-y\,\sigma(-y u)`.
+    """
     check_loss(name)
     if name == "squared":
         return u - y
-    return -y * torch.sigmoid(-y * u)
+    p = 0.5 * (1 + y)  # p(-sigma(-u)) + (1-p)sigma(u): no cancellation in 1 - sigma(u)
+    return (1 - p) * torch.sigmoid(u) - p * torch.sigmoid(-u)
 
 
 def smoothness(name: str) -> float:
