@@ -102,6 +102,20 @@ def main(out: pathlib.Path) -> None:
         algo.round(poisoned)
     res["skipped"] = [h["skipped"] for h in algo.history]
     res["skip_final"] = params(algo.model)
+    # ... or all retry round 1 with half the inner lr (a transient fault on rank 1 only).
+    hits = [0]
+
+    def transient(model, worker, rnd, step):
+        if (worker, rnd, step) == (1, 1, 3) and hits[0] == 0:
+            hits[0] += 1
+            return loss_fn(model, worker, rnd, step) * math.nan
+        return loss_fn(model, worker, rnd, step)
+
+    algo = make_algo(comm, on_nonfinite="retry")
+    for _ in range(3):
+        algo.round(transient)
+    res["retries"] = [h["retries"] for h in algo.history]
+    res["retry_final"] = params(algo.model)
     algo = make_algo(comm)
     algo.round(poisoned)
     res["raise"] = error_of(lambda: algo.round(poisoned))

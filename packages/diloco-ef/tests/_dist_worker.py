@@ -27,6 +27,7 @@ from diloco_ef import (
     DiLoCo,
     LowRank,
     PeerFailureError,
+    PowerSGD,
     RandomK,
     ScaledSign,
     SharedScaleQuant,
@@ -44,6 +45,8 @@ CONFIGS = {
     "shared4": lambda: SharedScaleQuant(bits=4),
     # all-gathers two factors per matrix and the biases' signs and scales; warm-started per rank
     "lowrank": lambda: LowRank(rank=1, fallback=ScaledSign()),
+    # PowerSGD: two all-reduces (P and the biases, then Q), Q shared and warm-started
+    "powersgd": lambda: PowerSGD(rank=1),
 }
 ROUNDS, H = 3, 3
 

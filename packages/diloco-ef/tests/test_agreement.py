@@ -66,6 +66,9 @@ def test_nonfinite_round_is_decided_together(ranks):
         assert equal(r["skip_final"], ranks[0]["skip_final"])
         assert all(bool(x.isfinite().all()) for x in r["skip_final"])
         assert r["raise"].startswith("NonFiniteRoundError: round 1: "), r["raise"]
+        assert r["retries"] == [0, 1, 0]  # every rank retried round 1 once, together
+        assert equal(r["retry_final"], ranks[0]["retry_final"])
+        assert not equal(r["retry_final"], r["skip_final"])
         assert "workers [1]" in r["raise"] and r["raise_rounds_done"] == 1
 
 

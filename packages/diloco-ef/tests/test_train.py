@@ -37,6 +37,10 @@ def test_bytes_follow_the_bit_accounting(tmp_path):
     q3 = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "absmax", "--bits", "3")
     assert q3["bytes"] == 2 * rounds * (3 * sum(tensors) + 32 * len(tensors)) / 8
     assert 0 < sign["mean_alpha"] < 1 and 0 < q3["mean_alpha"] < 1
+    # PowerSGD rank 1: factors of the 13x9 weight (13 + 9); the rest dense (13, 1x13, 1)
+    ps = _run_sim(tmp_path, "--algo", "diloco-ef", "--compressor", "powersgd", "--rank", "1")
+    assert ps["bytes"] == 2 * rounds * 32 * ((13 + 9) + 13 + 13 + 1) / 8
+    assert 0 < ps["mean_alpha"] < 1
 
 
 def test_training_reduces_the_held_out_loss(tmp_path):

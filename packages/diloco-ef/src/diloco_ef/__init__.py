@@ -48,6 +48,7 @@ from .compressors import (
 )
 from .error_feedback import EFSGD, ErrorFeedback, Sent
 from .hook import DiLoCoHook
+from .powersgd import PowerSGD
 from .shared_scale import SharedScaleQuant
 from .wire import ByteMeter
 
@@ -75,6 +76,7 @@ __all__ = [
     "NonFiniteRoundError",
     "Payload",
     "PeerFailureError",
+    "PowerSGD",
     "RandomK",
     "ScaledSign",
     "Sent",

@@ -35,6 +35,7 @@ from ._rng import keyed_generator
 from .comm import Communicator, LocalCommunicator
 from .compressors import ApproxTopK, Compressor
 from .error_feedback import ErrorFeedback
+from .powersgd import powersgd_exchange
 
 __all__ = [
     "LA",
@@ -238,7 +239,14 @@ class DiLoCo:
             change): it is rolled back (replicas, their buffers and inner optimizer states back
             to the round's start) and then ``"raise"`` raises :class:`NonFiniteRoundError`
             (the round can be retried), ``"skip"`` logs a warning, records the round with
-            ``skipped = 1`` and moves on to the next one.
+            ``skipped = 1`` and moves on to the next one, ``"retry"`` logs a warning and runs
+            the round's inner phase again with the inner lr multiplied by
+            ``retry_lr_factor`` (then its square, ...), at most ``max_retries`` times, and
+            raises :class:`NonFiniteRoundError` (rolled back) when every attempt failed.
+            The smaller lr applies to that round only (without an ``inner_lr`` schedule the
+            optimizer's own lr is restored afterwards); the record's ``retries`` counts them.
+        retry_lr_factor: the factor in (0, 1) of ``"retry"`` (default 0.5).
+        max_retries: retries per round of ``"retry"``, an integer >= 1 (default 3).
 
     Start-up agreement: on a process group the constructor checks that all ranks share the
     settings in :meth:`fingerprint` (``ValueError`` naming the first field that differs) and
@@ -282,10 +290,18 @@ class DiLoCo:
         inner_lr: Callable[[int], float] | None = None,
         seed: int = 0,
         on_nonfinite: str = "raise",
+        retry_lr_factor: float = 0.5,
+        max_retries: int = 3,
     ):
         _check_pos_int(inner_steps, "inner_steps")
-        if on_nonfinite not in ("raise", "skip"):
-            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        if on_nonfinite not in ("raise", "skip", "retry"):
+            raise ValueError(
+                f"on_nonfinite must be 'raise', 'skip' or 'retry', got {on_nonfinite!r}"
+            )
+        ok = isinstance(retry_lr_factor, (int, float)) and not isinstance(retry_lr_factor, bool)
+        if not ok or not 0 < retry_lr_factor < 1:
+            raise ValueError(f"retry_lr_factor must be a number in (0, 1), got {retry_lr_factor!r}")
+        _check_pos_int(max_retries, "max_retries")
         self.comm = communicator if communicator is not None else LocalCommunicator(num_workers)
         n_local = len(self.comm.worker_ids)
         if isinstance(model, nn.Module):
@@ -312,6 +328,8 @@ class DiLoCo:
         self.inner_lr = inner_lr
         self.seed = int(seed)
         self.on_nonfinite = on_nonfinite
+        self.retry_lr_factor = float(retry_lr_factor)
+        self.max_retries = max_retries
         self.error_feedback = bool(error_feedback)
         src = list(self.replicas[0].parameters())
         self.outer_params = [p.detach().clone().requires_grad_(True) for p in src]
@@ -355,7 +373,12 @@ class DiLoCo:
             "compressor": "None" if self.compressor is None else self.compressor.config(),
             "error_feedback": str(self.error_feedback),
             "seed": str(self.seed),
-            "on_nonfinite": self.on_nonfinite,
+            "on_nonfinite": self.on_nonfinite
+            + (
+                f" (factor {self.retry_lr_factor!r}, at most {self.max_retries})"
+                if self.on_nonfinite == "retry"
+                else ""
+            ),
             "parameters": repr([(n, tuple(p.shape), p.dtype) for n, p in m.named_parameters()]),
             "buffers": repr([(n, tuple(b.shape), b.dtype) for n, b in m.named_buffers()]),
             "inner_optimizer": type(self.inner_opts[0]).__name__,
@@ -406,7 +429,10 @@ class DiLoCo:
                     p.copy_(x)
                 for b, v in zip(m.buffers(), bufs, strict=True):
                     b.copy_(v)
-                o.load_state_dict(state)
+                # load_state_dict adopts the given tensors (momentum buffers) without copying,
+                # and the next attempt updates them in place: load a copy so that the snapshot
+                # survives for a further rollback (retries).
+                o.load_state_dict(copy.deepcopy(state))
 
     def round(self, loss_fn: LossFn) -> dict[str, float]:
         """Run one round: H inner steps per local worker, one exchange, one outer step.
@@ -415,20 +441,43 @@ class DiLoCo:
         worker has reported a finite loss and pseudo-gradient; otherwise it is rolled back
         (see ``on_nonfinite``).
         """
-        lr = self._scheduled_lr()
+        lr = base_lr = self._scheduled_lr()
         snap = self._snapshot()
         meter0 = self.comm.meter.totals()
-        losses = [self._inner_phase(w, loss_fn, lr) for w in range(len(self.replicas))]
-        return self._finish_round(losses, snap, meter0)
+        retries = 0
+        while True:
+            losses = [self._inner_phase(w, loss_fn, lr) for w in range(len(self.replicas))]
+            can_retry = self.on_nonfinite == "retry" and retries < self.max_retries
+            rec = self._finish_round(losses, snap, meter0, retries, can_retry)
+            if rec is not None:
+                break
+            # Rolled back (optimizer states, hence their lrs, are the round start's again):
+            # the next attempt runs with the lr times factor ** retries.
+            retries += 1
+            factor = self.retry_lr_factor**retries
+            if base_lr is not None:
+                lr = base_lr * factor
+            else:
+                for o in self.inner_opts:
+                    for g in o.param_groups:
+                        g["lr"] = g["lr"] * factor
+        if retries and self.inner_lr is None:  # the user's own lr again for the next round
+            for o, (state, _) in zip(self.inner_opts, snap, strict=True):
+                for g, saved in zip(o.param_groups, state["param_groups"], strict=True):
+                    g["lr"] = saved["lr"]
+        return rec
 
     def _finish_round(
         self,
         losses: list[float] | None,
         snap: list[tuple[dict[str, Any], list[Tensor]]],
         meter0: dict[str, float],
-    ) -> dict[str, float]:
+        retries: int = 0,
+        can_retry: bool = False,
+    ) -> dict[str, float] | None:
         """Everything after the inner phases: the collective finiteness check, the exchange
-        and the outer step (or the rollback). ``losses`` None: not known (the hook API)."""
+        and the outer step (or the rollback). ``losses`` None: not known (the hook API).
+        None: rolled back for a retry (``can_retry``)."""
         known = losses is not None
         if losses is None:
             losses = [math.nan] * len(self.replicas)
@@ -444,11 +493,24 @@ class DiLoCo:
             ]
             ok = self.comm.gather_flags(local_ok)
             if not all(ok):
-                return self._abort(snap, ok, meter0)
+                return self._abort(snap, ok, meter0, retries, can_retry)
             bits, sq_in, sq_err = 0, 0.0, 0.0
             if self.compressor is None:
                 averaged = self.comm.average_dense_bucket(deltas)
                 bits = sum(d.numel() * torch.finfo(d.dtype).bits for ds in deltas for d in ds)
+            elif getattr(self.compressor, "shared_factors", False):
+                # PowerSGD: two all-reduces of factors, with the Q shared by all workers.
+                averaged, sents = powersgd_exchange(
+                    self.compressor,  # type: ignore[arg-type]
+                    self.comm,
+                    self.ef,  # type: ignore[arg-type]
+                    deltas,
+                    lambda i: self._generator(i, 0),
+                )
+                for sent in (x for mine in sents for x in mine):
+                    bits += sent.bits
+                    sq_in += sent.sq_input
+                    sq_err += (1.0 - sent.alpha) * sent.sq_input
             else:
                 shared = self._shared_absmax(deltas)
                 payloads = []
@@ -478,6 +540,7 @@ class DiLoCo:
             "bits": bits,
             "alpha": alpha,
             "skipped": 0,
+            "retries": retries,
             **self._traffic(meter0),
         }
         self.history.append(rec)
@@ -500,11 +563,29 @@ class DiLoCo:
         return {f"bytes_{k}": now[k] - before[k] for k in ("handed", "sent", "received")}
 
     def _abort(
-        self, snap: list[tuple[dict[str, Any], list[Tensor]]], ok: list[bool], meter0
-    ) -> dict[str, float]:
+        self,
+        snap: list[tuple[dict[str, Any], list[Tensor]]],
+        ok: list[bool],
+        meter0,
+        retries: int,
+        can_retry: bool,
+    ) -> dict[str, float] | None:
         self._rollback(snap)
         bad = [w for w, f in enumerate(ok) if not f]
         what = f"round {self.rounds_done}: non-finite loss or pseudo-gradient on workers {bad}"
+        if can_retry:
+            _log.warning(
+                "%s; round rolled back, retry %d of %d with the inner lr x %r",
+                what,
+                retries + 1,
+                self.max_retries,
+                self.retry_lr_factor ** (retries + 1),
+            )
+            return None
+        if self.on_nonfinite == "retry":
+            raise NonFiniteRoundError(
+                f"{what} after {retries} retries with smaller inner lr; the round was rolled back"
+            )
         if self.on_nonfinite == "raise":
             raise NonFiniteRoundError(what + "; the round was rolled back")
         _log.warning("%s; round rolled back and skipped", what)
@@ -514,6 +595,7 @@ class DiLoCo:
             "bits": 0,
             "alpha": math.nan,
             "skipped": 1,
+            "retries": 0,
             **self._traffic(meter0),
         }
         self.history.append(rec)

@@ -108,7 +108,12 @@ class ErrorFeedback:
             payload = self.compressor.compress(v, generator, state=state, **compress_kw)
         else:
             payload = self.compressor.compress(v, generator, **compress_kw)
-        s = self.compressor.decompress(payload)
+        return self.commit(key, v, self.compressor.decompress(payload), payload)
+
+    def commit(self, key: Hashable, v: Tensor, s: Tensor, payload: Payload) -> Sent:
+        """Record that ``s`` (this worker's share, decompressed) was sent for the input ``v``
+        (:meth:`pending`): the buffer becomes ``v - s``. For exchanges that compress in
+        several collective phases (:func:`~diloco_ef.powersgd.powersgd_exchange`)."""
         if self.enabled:
             self.errors[key] = v - s
         sq = float(v.double().pow(2).sum())

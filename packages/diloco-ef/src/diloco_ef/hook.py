@@ -67,6 +67,12 @@ class DiLoCoHook:
         seed: int = 0,
         on_nonfinite: str = "raise",
     ):
+        if on_nonfinite == "retry":
+            # A retry re-runs the round's inner steps, and those are the user's loop's.
+            raise ValueError(
+                "on_nonfinite='retry' needs the round engine (DiLoCo.round); the hook can "
+                "only 'raise' or 'skip'"
+            )
         comm = communicator if communicator is not None else LocalCommunicator(1)
         if len(comm.worker_ids) != 1:
             raise ValueError(

@@ -54,12 +54,23 @@ from .compressors import (
     ScaledSign,
     TopK,
 )
+from .powersgd import PowerSGD
 from .shared_scale import SharedScaleQuant
 
 __all__ = ["main", "make_compressor", "make_task", "parse_args", "train"]
 
 ALGOS = ("ddp", "diloco", "diloco-ef")
-COMPRESSORS = ("topk", "approx-topk", "randomk", "qsgd", "int8", "absmax", "shared", "sign")
+COMPRESSORS = (
+    "topk",
+    "approx-topk",
+    "randomk",
+    "qsgd",
+    "int8",
+    "absmax",
+    "shared",
+    "sign",
+    "powersgd",
+)
 NOISE = 0.1
 
 
@@ -69,6 +80,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compressor", choices=COMPRESSORS, default="topk")
     p.add_argument("--ratio", type=float, default=0.01, help="kept fraction (top-k, random-k)")
     p.add_argument("--bits", type=int, default=2, help="QSGD magnitude bits; absmax bits (2-8)")
+    p.add_argument("--rank", type=int, default=1, help="PowerSGD rank")
     p.add_argument("--steps", type=int, default=256, help="inner steps per worker")
     p.add_argument("--inner-steps", type=int, default=16, help="H for diloco / diloco-ef")
     p.add_argument("--lr", type=float, default=0.05, help="ddp step size")
@@ -86,7 +98,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=60.0, help="collective timeout in seconds")
     p.add_argument("--out", type=Path, default=None, help="JSON file written by rank 0")
     a = p.parse_args(argv)
-    for name in ("steps", "inner_steps", "batch", "dim", "hidden", "samples", "workers"):
+    for name in ("steps", "inner_steps", "batch", "dim", "hidden", "samples", "workers", "rank"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if a.algo != "ddp" and a.steps % a.inner_steps:
@@ -111,6 +123,7 @@ def make_compressor(args: argparse.Namespace) -> Compressor | None:
         "absmax": lambda: AbsmaxQuant(bits=args.bits),
         "shared": lambda: SharedScaleQuant(bits=args.bits),
         "sign": lambda: ScaledSign(),
+        "powersgd": lambda: PowerSGD(rank=args.rank),
     }[args.compressor]()
 
 

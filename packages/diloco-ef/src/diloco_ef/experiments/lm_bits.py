@@ -67,6 +67,7 @@ from ..compressors import (
     ScaledSign,
     TopK,
 )
+from ..powersgd import PowerSGD
 from ..shared_scale import SharedScaleQuant
 
 LOSS_TOL = 0.02
@@ -139,6 +140,7 @@ LONG_FULL = Config(steps=2048, seeds=(3, 4, 5, 6, 7, 8), refs=LONG_REFS)
 
 
 _LOWRANK = re.compile(r"lowrank(\d+)(-bf16)?(?:\+(.+))?")
+_POWERSGD = re.compile(r"powersgd(\d+)")
 
 
 def make_compressor(name: str) -> Compressor | None:
@@ -146,9 +148,13 @@ def make_compressor(name: str) -> Compressor | None:
     ``qsgd-<b>b`` (contractive), ``shared-<b>b`` (shared-scale absmax, integer all-reduce),
     ``lowrank<q>[-bf16][+<fallback>]`` (rank-q factors, bfloat16
     factors with ``-bf16``; vectors through ``<fallback>``, one of the names above, dense
-    float32 when absent)."""
+    float32 when absent), ``powersgd<q>`` (rank-q PowerSGD with a shared Q: two all-reduces,
+    vectors dense)."""
     if name == "none":
         return None
+    ps = _POWERSGD.fullmatch(name)
+    if ps is not None:
+        return PowerSGD(int(ps.group(1)))
     lr = _LOWRANK.fullmatch(name)
     if lr is not None:
         fb = make_compressor(lr.group(3)) if lr.group(3) else None
