@@ -154,6 +154,24 @@ def log_slope(xs: list[float], ys: list[float]) -> float:
     return num / sum((a - mx) ** 2 for a in lx)
 
 
+def _after(warmup: int, obs: Observables):
+    """``obs`` as a callback that skips its first ``warmup`` calls.
+
+    :func:`~mssp.train.train` calls back before the first step and after every step, so the
+    first call that reaches ``obs`` sees the model after ``warmup`` steps.
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    calls = [0]
+
+    def cb(model):
+        calls[0] += 1
+        if calls[0] > warmup:
+            obs(model)
+
+    return cb
+
+
 def coord_check(
     scheme: str,
     optimizer: str,
@@ -169,14 +187,20 @@ def coord_check(
     d_out: int = 1,
     clusters: int = 1,
     depth: bool = False,
+    warmup: int = 0,
 ) -> dict[str, dict]:
     """The observables after ``steps`` steps for models grown along the regime's axis.
 
     Every model of size ``scaled_shape(base, regime, s)`` is parameterised with
     :func:`mssp.parameterize` (base shapes = ``base``), trained ``steps`` steps on the
     :class:`~mssp.train.ClusterTeacher` task, and probed; values are averaged over ``seeds``.
-    Also records ``combine0`` (the aggregation output's rms at initialisation). With
+    Also records ``combine0`` (the aggregation output's rms where observation starts: at
+    initialisation unless ``warmup``). With
     ``depth=True`` the depth ``L`` is multiplied by ``s`` instead (widths stay at the base).
+    With ``warmup > 0`` the model first trains ``warmup`` unobserved steps (same optimizer,
+    same data stream) and the changes are measured from there over the next ``steps``: the
+    dynamics after the expert outputs have aligned with the backward signal, which SGD's
+    router exponent needs (at initialisation that alignment is random, an extra ``N^{-1/2}``).
 
     Returns:
         ``{"values": {observable: [value per scale]}, "slopes": {observable: slope of log value
@@ -184,6 +208,8 @@ def coord_check(
     """
     from .parameterize import parameterize
     from .train import ClusterTeacher, train
+
+    _after(warmup, Observables(torch.zeros(1, 1)))  # validate warmup before any training
 
     teacher = ClusterTeacher(d_in, d_out, clusters=clusters, seed=0)
     keys = (
@@ -210,7 +236,14 @@ def coord_check(
             x_probe, _ = teacher.sample(256, torch.Generator().manual_seed(99))
             obs = Observables(x_probe)
             train(
-                model, groups, optimizer, teacher, steps=steps, batch=batch, seed=seed, callback=obs
+                model,
+                groups,
+                optimizer,
+                teacher,
+                steps=warmup + steps,
+                batch=batch,
+                seed=seed,
+                callback=_after(warmup, obs),
             )
             first, last = obs.history[0], obs.history[-1]
             acc["combine0"] += first["combine_rms"] / seeds
