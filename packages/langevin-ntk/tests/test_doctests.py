@@ -5,7 +5,17 @@ import importlib
 
 import pytest
 
-MODULES = ["langevin", "optim", "models", "ntk", "kernels", "bounds"]
+MODULES = [
+    "langevin",
+    "optim",
+    "models",
+    "ntk",
+    "layerwise",
+    "kernels",
+    "bounds",
+    "deep_bounds",
+    "step_bias",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,9 +1,11 @@
 """L2-regularised Langevin training of neural networks and NTK stability, measured.
 
 Layers: :mod:`.langevin` (the discretised SDE step, Gibbs law, quadratic closed forms) ->
-:mod:`.optim` (the ``Langevin`` torch optimizer); :mod:`.models` (MLPs) -> :mod:`.ntk`
-(empirical NTK, Lanczos, stability measures) and :mod:`.kernels` (infinite-width kernels) ->
-:mod:`.bounds` (lambda_min bounds and width/temperature conditions) -> ``experiments``.
+:mod:`.optim` (the ``Langevin`` torch optimizer) and :mod:`.step_bias` (the chain's
+stationary step-size bias); :mod:`.models` (MLPs) -> :mod:`.ntk` (empirical NTK, Lanczos,
+stability measures), :mod:`.layerwise` (NTK by per-layer contraction) and :mod:`.kernels`
+(infinite-width kernels) -> :mod:`.bounds` (lambda_min bounds and width/temperature
+conditions) -> :mod:`.deep_bounds` (the init bound at any depth) -> ``experiments``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -16,6 +18,7 @@ from .langevin import (
     quadratic_discrete_stationary,
     quadratic_stationary,
 )
+from .layerwise import layerwise_ntk
 from .models import MLP
 from .ntk import (
     NTKMonitor,
@@ -46,6 +49,7 @@ __all__ = [
     "jacobian",
     "lanczos_extreme",
     "langevin_step",
+    "layerwise_ntk",
     "mlp_ntk",
     "ntk_matvec",
     "ntk_min_eigenvalue",

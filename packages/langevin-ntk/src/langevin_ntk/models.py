@@ -121,6 +121,8 @@ class MLP(nn.Module):
                 f"parameterization must be 'standard' or 'ntk', got {parameterization!r}"
             )
         self.act = get_activation(activation)
+        #: ``None``, or ``(layer, input, z) -> z`` called on every pre-activation (see _dense)
+        self._tap: Callable[[int, Tensor, Tensor], Tensor] | None = None
         self.parameterization = parameterization
         self.d_out = d_out
         dims = [d_in] + [width] * (depth - 1) + [d_out]
@@ -131,15 +133,27 @@ class MLP(nn.Module):
                 w = w / math.sqrt(fan_in)
             self.weights.append(nn.Parameter(w))
 
+    def _dense(self, i: int, h: Tensor) -> Tensor:
+        """Layer ``i``'s pre-activation; a set :attr:`_tap` sees (and may shift) it.
+
+        The tap gets ``(i, c h, z)`` with ``c`` the layer's scale, so that the layer's
+        per-sample Jacobian block is ``delta (c h)^T`` (``delta = df/dz``): what
+        :func:`langevin_ntk.layerwise.layerwise_ntk` needs without knowing the parameterisation.
+        """
+        w = self.weights[i]
+        z = h @ w.mT
+        scaled = self.parameterization == "ntk"
+        if scaled:
+            z = z / math.sqrt(w.shape[1])
+        if self._tap is not None:
+            z = self._tap(i, h / math.sqrt(w.shape[1]) if scaled else h, z)
+        return z
+
     def features(self, x: Tensor) -> Tensor:
         """The last hidden layer's activations :math:`h_{L-1}`, shape ``(n, width)``."""
         h = x
         for i in range(len(self.weights) - 1):  # index, not slice: torch.func swaps entries
-            w = self.weights[i]
-            z = h @ w.mT
-            if self.parameterization == "ntk":
-                z = z / math.sqrt(w.shape[1])
-            h = self.act.fn(z)
+            h = self.act.fn(self._dense(i, h))
         return h
 
     def forward(self, x: Tensor) -> Tensor:
@@ -147,8 +161,5 @@ class MLP(nn.Module):
             raise ValueError(
                 f"input must have shape (n, {self.weights[0].shape[1]}), got {tuple(x.shape)}"
             )
-        w = self.weights[-1]
-        out = self.features(x) @ w.mT
-        if self.parameterization == "ntk":
-            out = out / math.sqrt(w.shape[1])
+        out = self._dense(len(self.weights) - 1, self.features(x))
         return out.squeeze(-1) if self.d_out == 1 else out

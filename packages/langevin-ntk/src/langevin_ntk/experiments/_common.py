@@ -20,6 +20,7 @@ from ..bounds import prior_matched_weight_decay
 from ..models import get_activation
 from ..ntk import two_layer_jacobian, two_layer_ntk
 from ..optim import Langevin
+from ..step_bias import stationary_loss_bias
 
 
 def make_data(n: int, d: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -72,6 +73,9 @@ class RunResult:
     lambda_min_ratio: Tensor
     jacobian_change: Tensor
     weight_distance_rel: Tensor
+    #: the linearised Euler step-size bias of the stationary loss at each record
+    #: (:func:`~langevin_ntk.step_bias.stationary_loss_bias`; zero at T = 0)
+    step_bias: Tensor
 
 
 def train_ensemble(
@@ -100,18 +104,17 @@ def train_ensemble(
     lr = lr_factor / float(ev0[:, -1].max())
     steps = max(records, math.ceil(t_max / lr))
     at = {round(r * steps / records) for r in range(records + 1)}
+    decay_w = prior_matched_weight_decay(1.0 / x.shape[1], temperature)
+    decay_a = prior_matched_weight_decay(1.0 / width, temperature)
     groups = [
-        {
-            "params": [model.w],
-            "weight_decay": prior_matched_weight_decay(1.0 / x.shape[1], temperature),
-        },
-        {"params": [model.a], "weight_decay": prior_matched_weight_decay(1.0 / width, temperature)},
+        {"params": [model.w], "weight_decay": decay_w},
+        {"params": [model.a], "weight_decay": decay_a},
     ]
     opt = Langevin(
         groups, lr=lr, temperature=temperature, scheme="ou", seed=seeds[0] + 7919 * width
     )
     norm0 = (w0.pow(2).sum((1, 2)) + a0.pow(2).sum(1)).sqrt()
-    rec: dict[str, list[Tensor]] = {k: [] for k in ("loss", "lam", "jac", "dist")}
+    rec: dict[str, list[Tensor]] = {k: [] for k in ("loss", "lam", "jac", "dist", "bias")}
     times: list[float] = []
 
     def closure() -> Tensor:
@@ -126,7 +129,16 @@ def train_ensemble(
                 w, a = model.w.detach(), model.a.detach()
                 times.append(k * lr)
                 rec["loss"].append(per_seed_loss(model, x, y))
-                rec["lam"].append(torch.linalg.eigvalsh(two_layer_ntk(w, a, x, activation))[:, 0])
+                k_t = two_layer_ntk(w, a, x, activation)
+                rec["lam"].append(torch.linalg.eigvalsh(k_t)[:, 0])
+                phi = model.act.fn(x @ w.mT)
+                k_a = phi @ phi.mT  # the output layer's share; the rest is the first layer's
+                if temperature > 0:
+                    kernels = [k_t - k_a, k_a]
+                    bias = stationary_loss_bias(kernels, [decay_w, decay_a], lr, temperature)
+                else:  # no noise, no stationary spread to inflate
+                    bias = torch.zeros(len(seeds), dtype=x.dtype)
+                rec["bias"].append(bias)
                 j = two_layer_jacobian(w, a, x, activation)
                 rec["jac"].append((j - j0).flatten(1).norm(dim=1) / j0.flatten(1).norm(dim=1))
                 dist = ((w - w0).pow(2).sum((1, 2)) + (a - a0).pow(2).sum(1)).sqrt()
@@ -145,4 +157,5 @@ def train_ensemble(
         lambda_min_ratio=lam / ev0[:, :1],
         jacobian_change=torch.stack(rec["jac"], 1),
         weight_distance_rel=torch.stack(rec["dist"], 1),
+        step_bias=torch.stack(rec["bias"], 1),
     )

@@ -2,10 +2,10 @@ r"""lazy-vs-langevin: Jacobian change versus width, gradient descent against Lan
 
 Same networks, data and training as ``ntk_stability`` (one hidden tanh layer in the standard
 parameterisation, :math:`n = 8`, :math:`d = 32`, step :math:`0.5/\lambda_{\max}(K_0)`, time
-:math:`t_{\max} = 1`), over widths :math:`m = 16 \cdot 2^k` (quick: up to 512; default: up
-to 1024; ``--full``: up to 8192), 4 (default 6, full 16) seeds, :math:`T = 0` (gradient
-descent) and prior-matched Langevin at
-:math:`T = 0.05`. The measured quantity is the final relative Jacobian change
+:math:`t_{\max} = 1`), over widths :math:`m = 16 \cdot 2^k` (quick: up to 512, 4 seeds;
+default: up to 1024, 6 seeds; ``--full``: up to 8192, 16 seeds),
+:math:`T = 0` (gradient descent) and prior-matched Langevin at :math:`T = 0.05`. The measured
+quantity is the final relative Jacobian change
 :math:`\|J_{t_{\max}} - J_0\|_F/\|J_0\|_F` (median over seeds), fitted against width on log-log
 axes.
 

@@ -11,7 +11,8 @@ layer decays :math:`\lambda_W = Td`, :math:`\lambda_a = Tm` (the Gibbs law is th
 :math:`e^{-L/T}\times` the init law; see the README). :math:`T = 0` is gradient descent (the
 small-step proxy of gradient flow). Quick: :math:`m \in \{32, 128, 512\}`,
 :math:`T \in \{0, 0.05, 0.2\}`, 4 seeds; default: :math:`m \in \{32, 128, 512, 1024\}`,
-:math:`T \in \{0, 0.02, 0.05, 0.2\}`, 6 seeds; ``--full``: widths to 8192, 16 seeds.
+:math:`T \in \{0, 0.02, 0.05, 0.2\}`, 6 seeds; ``--full``: widths to 8192, :math:`T` up to
+0.5, 16 seeds.
 
 Recorded at 21 times: :math:`\lambda_{\min}(K_t)`, its ratio to :math:`\lambda_{\min}(K_0)`,
 the relative Jacobian change :math:`\|J_t - J_0\|_F/\|J_0\|_F`, the relative weight distance
