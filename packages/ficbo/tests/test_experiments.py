@@ -43,7 +43,8 @@ def test_synthetic_runs_end_to_end_at_tiny_size(tmp_path, monkeypatch, quick):
     res = synthetic.run_all(ctx)
     assert res.paper == "P04" and isinstance(res.holds, bool)
     assert all((tmp_path / p).is_file() for p in res.plots)
-    assert ("gp-ei" in res.table[0]) is (not quick)
+    for gp in synthetic.GP_METHODS:
+        assert (gp in res.table[0]) is (not quick)
     # the objectives are the same in every setting: feedback-free methods score identically
     assert len({row["random"] for row in res.table}) == 1
     assert len({row["history-only"] for row in res.table}) == 1
@@ -76,13 +77,13 @@ def _silent_fraction(monkeypatch, dropout):
     from ficbo import model as model_mod
 
     seen = []
-    original = model_mod.FICBOModel.forward
+    original = model_mod.FICBOModel.predict  # what pretraining calls (forward wraps it)
 
     def spy(self, x_hist, y_hist, fb_hist, x_cand, fb_cand):
         seen.append(torch.cat([fb_hist, fb_cand], -1).detach().clone())
         return original(self, x_hist, y_hist, fb_hist, x_cand, fb_cand)
 
-    monkeypatch.setattr(model_mod.FICBOModel, "forward", spy)
+    monkeypatch.setattr(model_mod.FICBOModel, "predict", spy)
     cfg = model_mod.ModelConfig(max_dim=1, n_sources=2, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     model_mod.pretrain(cfg, steps=12, batch_size=32, n_points=12, seed=0, source_dropout=dropout)
     two = [fb for fb in seen if fb.shape[1] == 2]
@@ -95,3 +96,39 @@ def test_pretraining_with_two_sources_drops_sources_per_task(monkeypatch):
     # (>= 300 task-sources: binomial sd < 0.03).
     assert _silent_fraction(monkeypatch, 0.0) < 0.05
     assert 0.35 < _silent_fraction(monkeypatch, 0.5) < 0.65
+
+
+def test_scaling_tasks_put_the_informative_source_where_it_says():
+    from ficbo.experiments import scaling
+
+    g = torch.Generator().manual_seed(0)
+    x, f, fb, good = scaling.make_tasks("four-sources", 200, 40, g)
+    assert x.shape == (200, 40, 2) and fb.shape == (200, 4, 40)
+    # the slot named informative correlates with f (rho 0.9, noise 0.1 on warped feedback);
+    # the others have rho 0 or -0.3: its mean correlation is clearly the largest
+    fc = f - f.mean(-1, keepdim=True)
+    sc = fb - fb.mean(-1, keepdim=True)
+    corr = (sc * fc[:, None]).sum(-1) / (sc.norm(dim=-1) * fc.norm(dim=-1)[:, None])
+    c_good = corr.gather(1, good[:, None])[:, 0]
+    assert float(c_good.mean()) > 0.6
+    others = corr.sum(1) - c_good
+    assert float((others / 3).mean()) < 0.1
+    _, _, fb_p, good_p = scaling.make_tasks("partial-access", 200, 40, g)
+    seen = ~torch.isnan(fb_p)
+    frac_good = seen.gather(1, good_p[:, None, None].expand(-1, 1, 40)).double().mean()
+    # 8000 Bernoulli(0.5) draws: sd 0.0056
+    assert abs(float(frac_good) - 0.5) < 0.03
+    assert seen.sum() - seen.gather(1, good_p[:, None, None].expand(-1, 1, 40)).sum() == 200 * 40
+    x6, *_ = scaling.make_tasks("d6", 5, 30, g)
+    assert x6.shape == (5, 30, 6)
+
+
+def test_scaling_runs_end_to_end_at_tiny_size(tmp_path, monkeypatch):
+    from ficbo.experiments import scaling
+
+    monkeypatch.setattr(scaling, "sizes", _tiny)
+    ctx = scaling.RunContext(out_dir=tmp_path, quick=True, full=False, seed=0)
+    res = scaling.run_all(ctx)
+    assert [r["setting"] for r in res.table] == list(scaling.SETTINGS)
+    assert isinstance(res.holds, bool)
+    assert len({frozenset(r) for r in res.table}) == 1  # rows share their keys

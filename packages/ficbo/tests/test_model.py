@@ -165,5 +165,9 @@ def test_shipped_checkpoints_load_and_are_deterministic():
     inp = _inputs(s=1)
     a, b = fic(*inp), pretrained("quick-ficbo")(*inp)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    two = pretrained("quick-ficbo-2src")
+    assert two.config.n_sources == 2 and two.config.max_dim == 2 and not two.training
+    inp2 = _inputs(s=2)
+    assert torch.equal(two(*inp2)[0], pretrained("quick-ficbo-2src")(*inp2)[0])
     with pytest.raises(ValueError, match="unknown checkpoint"):
         pretrained("default")

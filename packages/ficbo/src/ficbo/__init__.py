@@ -1,7 +1,8 @@
 """Feedback-informed in-context black-box optimisation with a pretrained transformer.
 
 Layers: :mod:`ficbo.prior` (the structured feedback prior, pure functions) ->
-:mod:`ficbo.model` (the transformer, pretraining, checkpoints) -> :mod:`ficbo.optimize`
+:mod:`ficbo.heads` (predictive distributions) -> :mod:`ficbo.model` (the transformer,
+pretraining, checkpoints) -> :mod:`ficbo.optimize`
 (acquisitions, policies, the loop :func:`run`) -> :mod:`ficbo.experiments`.
 """
 
@@ -17,6 +18,7 @@ from .optimize import (
     run,
 )
 from .prior import FeedbackTasks, evaluate, sample_tasks, standardize_feedback
+from .surfaces import Surfaces, load_surfaces
 
 try:
     __version__ = version("ficbo")
@@ -28,12 +30,14 @@ __all__ = [
     "FeedbackTasks",
     "ModelConfig",
     "RunResult",
+    "Surfaces",
     "__version__",
     "blind_feedback_policy",
     "evaluate",
     "expected_improvement",
     "feedback_sensitivity",
     "load",
+    "load_surfaces",
     "model_policy",
     "pretrain",
     "pretrained",

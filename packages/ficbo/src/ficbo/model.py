@@ -12,7 +12,8 @@ its availability bit; a missing source is never a silent zero, its bit says "abs
 Attention (PFN-style): every token attends to the history tokens only, so the history tokens
 can compare :math:`y` with each source's feedback (the in-context reliability estimate) and the
 candidates read that summary. A linear head gives a Gaussian :math:`N(\mu, \sigma^2)` per
-candidate; pretraining minimises its negative log-likelihood on prior draws.
+candidate (or, with ``head="bar"``, a bar/Riemann distribution on fixed borders, as in PFNs;
+:mod:`ficbo.heads`); pretraining minimises its negative log-likelihood on prior draws.
 """
 
 from __future__ import annotations
@@ -26,10 +27,15 @@ from importlib import resources
 import torch
 from torch import nn
 
+from .heads import BarPredictive, GaussianPredictive, bar_borders
 from .prior import sample_training_batch
 
 #: shipped checkpoint names -> files under ``ficbo/checkpoints``.
-SHIPPED = {"quick-ficbo": "quick_ficbo.pt", "quick-history-only": "quick_history_only.pt"}
+SHIPPED = {
+    "quick-ficbo": "quick_ficbo.pt",
+    "quick-history-only": "quick_history_only.pt",
+    "quick-ficbo-2src": "quick_ficbo_2src.pt",
+}
 
 __all__ = [
     "FICBOModel",
@@ -54,8 +60,15 @@ class ModelConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 128
+    #: output head: ``"gaussian"`` (mean, std) or ``"bar"`` (Riemann, ``n_bars`` bars)
+    head: str = "gaussian"
+    n_bars: int = 64
 
     def __post_init__(self) -> None:
+        if self.head not in ("gaussian", "bar"):
+            raise ValueError(f"head must be 'gaussian' or 'bar', got {self.head!r}")
+        if isinstance(self.n_bars, bool) or not isinstance(self.n_bars, int) or self.n_bars < 2:
+            raise ValueError(f"n_bars must be an int >= 2, got {self.n_bars!r}")
         for name in ("max_dim", "d_model", "n_heads", "n_layers", "d_ff"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -125,7 +138,10 @@ class FICBOModel(nn.Module):
             c.d_model, c.n_heads, c.d_ff, dropout=0.0, batch_first=True, norm_first=True
         )
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
-        self.head = nn.Sequential(nn.LayerNorm(c.d_model), nn.Linear(c.d_model, 2))
+        n_out = 2 if c.head == "gaussian" else c.n_bars
+        self.head = nn.Sequential(nn.LayerNorm(c.d_model), nn.Linear(c.d_model, n_out))
+        # fixed by n_bars (not a parameter, not in the state_dict)
+        self.borders = bar_borders(c.n_bars).float() if c.head == "bar" else None
 
     def forward(
         self,
@@ -135,12 +151,24 @@ class FICBOModel(nn.Module):
         x_cand: torch.Tensor,
         fb_cand: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictive mean and standard deviation, each ``(B, C)``.
+        """Predictive mean and standard deviation, each ``(B, C)`` (either head).
 
         Args:
             x_hist: ``(B, H, d)``, ``H >= 1``; y_hist: ``(B, H)``; fb_hist: ``(B, S, H)``.
             x_cand: ``(B, C, d)``; fb_cand: ``(B, S, C)`` (standardized, ``NaN`` = unscored).
         """
+        pred = self.predict(x_hist, y_hist, fb_hist, x_cand, fb_cand)
+        return pred.mean, pred.std
+
+    def predict(
+        self,
+        x_hist: torch.Tensor,
+        y_hist: torch.Tensor,
+        fb_hist: torch.Tensor,
+        x_cand: torch.Tensor,
+        fb_cand: torch.Tensor,
+    ) -> GaussianPredictive | BarPredictive:
+        """The predictive distribution per candidate (:mod:`ficbo.heads`); same inputs."""
         c = self.config
         if x_hist.shape[1] < 1:
             raise ValueError("the history must hold at least one point")
@@ -156,9 +184,11 @@ class FICBOModel(nn.Module):
         mask[:, :h] = False
         z = self.encoder(self.embed(torch.cat([th, tc], 1)), mask=mask)
         out = self.head(z[:, h:])
+        if c.head == "bar":
+            return BarPredictive(out, self.borders)
         mean = out[..., 0]
         std = torch.nn.functional.softplus(out[..., 1]) + 1e-3
-        return mean, std
+        return GaussianPredictive(mean, std)
 
 
 def feedback_sensitivity(
@@ -191,7 +221,7 @@ def feedback_sensitivity(
 
 def gaussian_nll(mean: torch.Tensor, std: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     r"""Mean of :math:`\log\sigma + (y-\mu)^2/(2\sigma^2) + \tfrac12\log 2\pi`."""
-    return (torch.log(std) + 0.5 * ((y - mean) / std) ** 2).mean() + 0.5 * math.log(2 * math.pi)
+    return GaussianPredictive(mean, std).nll(y)
 
 
 def pretrain(
@@ -250,10 +280,10 @@ def pretrain(
             keep = torch.rand(batch_size, n_src, 1, generator=g) >= source_dropout
             for key in ("fb_hist", "fb_cand"):
                 batch[key] = torch.where(keep, batch[key], torch.full_like(batch[key], math.nan))
-        mean, std = model(
+        pred = model.predict(
             batch["x_hist"], batch["y_hist"], batch["fb_hist"], batch["x_cand"], batch["fb_cand"]
         )
-        loss = gaussian_nll(mean, std, batch["y_cand"])
+        loss = pred.nll(batch["y_cand"])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -282,7 +312,9 @@ def pretrained(name: str = "quick-ficbo") -> FICBOModel:
     """A checkpoint shipped with the package (eval mode).
 
     ``"quick-ficbo"`` and ``"quick-history-only"`` are the two models of
-    ``python -m ficbo.experiments.synthetic --quick --seed 0`` (d <= 2, at most one source).
+    ``python -m ficbo.experiments.synthetic --quick --seed 0`` (d <= 2, at most one source);
+    ``"quick-ficbo-2src"`` is the two-source model of
+    ``python -m ficbo.experiments.multisource --quick --seed 0`` (d <= 2).
     """
     if name not in SHIPPED:
         raise ValueError(f"unknown checkpoint {name!r}; shipped: {sorted(SHIPPED)}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .heads import expected_improvement
 from .model import FICBOModel
 from .prior import standardize_feedback
 
@@ -26,10 +27,12 @@ __all__ = [
     "RunResult",
     "blind_feedback_policy",
     "expected_improvement",
+    "log_expected_improvement",
     "model_policy",
     "random_policy",
     "run",
     "select",
+    "standardize_history",
 ]
 
 
@@ -48,14 +51,31 @@ class PoolState:
 Policy = Callable[[PoolState], torch.Tensor]
 
 
-def expected_improvement(mean: torch.Tensor, std: torch.Tensor, best: torch.Tensor) -> torch.Tensor:
-    """EI per candidate; ``best`` broadcasts against ``mean`` (e.g. shape ``(B, 1)``)."""
+def log_expected_improvement(
+    mean: torch.Tensor, std: torch.Tensor, best: torch.Tensor
+) -> torch.Tensor:
+    r""":math:`\log \mathrm{EI}`, finite where EI itself underflows to 0.
+
+    :math:`\mathrm{EI} = \sigma h(z)` with :math:`h(z) = \varphi(z) + z\Phi(z)`. For
+    :math:`z < 0`, :math:`\Phi(z) = \tfrac12 e^{-z^2/2}\,\mathrm{erfcx}(-z/\sqrt2)` (the scaled
+    complementary error function stays O(1/|z|)), so
+    :math:`\log h = -z^2/2 + \log(1/\sqrt{2\pi} + \tfrac z2\,\mathrm{erfcx}(-z/\sqrt2))`;
+    the bracket is :math:`\approx \varphi(0)/z^2` and loses about :math:`\log_{10} z^2` digits
+    to cancellation, harmless for ranking below :math:`|z| \approx 10^6`. Ranking by it is
+    ranking by EI (log is increasing), without the ties at 0 that float EI makes far from the
+    incumbent.
+    """
     if (std <= 0).any():
         raise ValueError("std must be positive")
     z = (mean - best) / std
-    cdf = 0.5 * torch.erfc(-z / math.sqrt(2))
-    pdf = torch.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
-    return (mean - best) * cdf + std * pdf
+    zn = z.clamp_max(0.0)
+    bracket = 1 / math.sqrt(2 * math.pi) + 0.5 * zn * torch.special.erfcx(-zn / math.sqrt(2))
+    log_h_neg = -0.5 * zn**2 + torch.log(bracket.clamp_min(torch.finfo(z.dtype).tiny))
+    zp = z.clamp_min(0.0)
+    h_pos = torch.exp(-0.5 * zp**2) / math.sqrt(2 * math.pi) + zp * 0.5 * torch.erfc(
+        -zp / math.sqrt(2)
+    )
+    return torch.log(std) + torch.where(z < 0, log_h_neg, torch.log(h_pos))
 
 
 def select(scores: torch.Tensor, queried: torch.Tensor) -> torch.Tensor:
@@ -92,8 +112,27 @@ def blind_feedback_policy(state: PoolState) -> torch.Tensor:
     return select(score, state.queried)
 
 
+def standardize_history(y: torch.Tensor) -> torch.Tensor:
+    """Per row ``(y - mean) / std`` over the history ``(B, t)``; std 1 where undefined or 0.
+
+    The prior's objectives have mean 0 and variance 1; a real objective (an accuracy in
+    [0, 1]) does not, and the optimiser may only use what it has seen: its own history.
+    An affine map with positive slope leaves the argmax of EI unchanged for an exact
+    posterior; for a pretrained model it moves the input into the range it was trained on.
+    """
+    mean = y.mean(-1, keepdim=True)
+    if y.shape[-1] < 2:
+        return y - mean
+    std = y.std(-1, keepdim=True)
+    return (y - mean) / torch.where(std > 0, std, torch.ones_like(std))
+
+
 def model_policy(
-    model: FICBOModel, *, acquisition: str = "ei", use_feedback: bool = True
+    model: FICBOModel,
+    *,
+    acquisition: str = "ei",
+    use_feedback: bool = True,
+    standardize: bool = False,
 ) -> Policy:
     """Policy from a pretrained model: EI or Thompson (independent Gaussian draws per candidate).
 
@@ -101,12 +140,14 @@ def model_policy(
         model: a :class:`~ficbo.model.FICBOModel` (``n_sources = 0`` for history-only).
         acquisition: ``"ei"`` or ``"ts"``.
         use_feedback: ``False`` hides every source from the model.
+        standardize: feed the model the history's objective values standardized by their own
+            mean and std (:func:`standardize_history`), for objectives not on the prior's scale.
     """
     if acquisition not in ("ei", "ts"):
         raise ValueError(f"acquisition must be 'ei' or 'ts', got {acquisition!r}")
 
     def policy(state: PoolState) -> torch.Tensor:
-        b = state.x_pool.shape[0]
+        y_hist = standardize_history(state.y_hist) if standardize else state.y_hist
         fb = state.fb_pool
         if not use_feedback or model.config.n_sources == 0:
             fb = fb[:, :0]
@@ -114,14 +155,11 @@ def model_policy(
         x_h = torch.gather(state.x_pool, 1, idx[..., None].expand(-1, -1, state.x_pool.shape[2]))
         fb_h = torch.gather(fb, 2, idx[:, None, :].expand(-1, fb.shape[1], -1))
         with torch.no_grad():
-            mean, std = model(x_h, state.y_hist, fb_h, state.x_pool, fb)
-        mean, std = mean.double(), std.double()
+            pred = model.predict(x_h, y_hist, fb_h, state.x_pool, fb).to(torch.float64)
         if acquisition == "ei":
-            best = state.y_hist.max(-1, keepdim=True).values
-            score = expected_improvement(mean, std, best)
-        else:
-            eps = torch.randn((b, mean.shape[1]), generator=state.generator, dtype=mean.dtype)
-            score = mean + std * eps
+            score = pred.ei(y_hist.max(-1, keepdim=True).values)
+        else:  # Thompson: independent draws from the marginals
+            score = pred.sample(state.generator)
         return select(score, state.queried)
 
     return policy

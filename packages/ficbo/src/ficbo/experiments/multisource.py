@@ -23,7 +23,7 @@ import torch
 
 from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress, run_experiment
 
-from ..model import ModelConfig, feedback_sensitivity, pretrain
+from ..model import ModelConfig, feedback_sensitivity, pretrain, save
 from ..optimize import blind_feedback_policy, model_policy, random_policy, run
 from ..prior import evaluate, sample_tasks, standardize_feedback
 from .synthetic import DIM, NOISE, paired_interval, sizes
@@ -50,6 +50,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         callback=lambda *_: bar.update(1),
     )
     bar.close()
+    save(model, ctx.path("ficbo-2src.pt"))  # quick, seed 0: ficbo.pretrained("quick-ficbo-2src")
     n = sz["tasks"]
     g = torch.Generator().manual_seed(30_000 + ctx.seed)
     a_first = torch.rand(n, generator=g) < 0.5

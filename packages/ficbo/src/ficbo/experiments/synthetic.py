@@ -12,7 +12,9 @@ Each method starts from the same random point and makes ``T`` more queries; the 
 final simple regret :math:`\max_{\text{pool}} f - \max_{\text{queried}} f` (objective std 1),
 averaged over tasks, with paired bootstrap 95% intervals of differences between methods.
 Baselines: history-only, random search, and "trust the feedback blindly" (argmax of the
-feedback among unqueried points); outside quick mode also GP-EI from BoTorch (feedback ignored).
+feedback among unqueried points); outside quick mode also BoTorch GP-EI and GP-TS (feedback
+ignored) and a GP with the feedback as an extra input (:mod:`ficbo.baselines`), reported beside
+the verdict, not part of it.
 
 Rule, fixed before the run. The claim holds iff
 (i) at :math:`\rho = 0.9` the paired interval of (FICBO - history-only) and of (FICBO - random)
@@ -45,6 +47,8 @@ QUICK_SECONDS = 26
 
 SETTINGS = {"informative": 0.9, "uninformative": 0.0, "adversarial": -0.9}
 METHODS = ("ficbo", "history-only", "random", "trust-blindly")
+#: outside quick mode (:mod:`ficbo.baselines`): feedback ignored, and feedback as GP inputs
+GP_METHODS = ("gp-ei", "gp-ts", "gp-feedback")
 MARGIN = 0.1
 DIM = 2
 NOISE = 0.1
@@ -118,11 +122,12 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         "trust-blindly": blind_feedback_policy,
     }
     methods = METHODS
-    if not ctx.quick:  # GP-EI fits one GP per task and query: too slow for the quick budget
-        from ..baselines import gp_ei_policy
+    if not ctx.quick:  # a GP fit per query: too slow for the quick budget
+        from ..baselines import gp_ei_policy, gp_feedback_policy, gp_ts_policy
 
-        policies["gp-ei"] = gp_ei_policy()
-        methods = (*METHODS, "gp-ei")
+        policies |= {"gp-ei": gp_ei_policy(), "gp-ts": gp_ts_policy()}
+        policies["gp-feedback"] = gp_feedback_policy()
+        methods = (*METHODS, *GP_METHODS)
     regrets, trust = {}, {}
     for setting, rho in progress(SETTINGS.items(), desc="settings"):
         regrets[setting], trust[setting] = run_setting(
