@@ -10,10 +10,16 @@ most 100 iterations per λ, rank-capped SVDs).
 
 Full size n = 2000 (the issue's case; there soft-impute's rank cap and mn > 10^6 select its
 sparse-plus-low-rank SVD route, so no solver forms an m x n iterate except RGD's spectral
-start); ``--quick`` n = 300 (dense SVDs).
+start); ``--quick`` n = 300 (dense SVDs). ``--n N`` runs another size with the full
+settings; soft-impute then always takes the sparse-plus-low-rank route (the one n = 2000
+takes), so timings at n = 500 and 1000 scale to n = 2000 along one code path.
+``--baselines als`` leaves soft-impute out (its fixed λ-path budget is minutes of CPU per
+solve at n = 1000); ``--repeats`` sets the number of interleaved pairs.
 
     python packages/eps-completion/benchmarks/time_to_accuracy.py --quick \
         --out packages/eps-completion/benchmarks/results/time_to_accuracy_quick.json
+    python packages/eps-completion/benchmarks/time_to_accuracy.py --n 500 \
+        --out packages/eps-completion/benchmarks/results/time_to_accuracy_n500.json
 """
 
 from __future__ import annotations
@@ -32,9 +38,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default="time_to_accuracy.json")
+    ap.add_argument(
+        "--n", type=int, default=None, help="matrix size (default 2000; not with --quick)"
+    )
+    ap.add_argument("--repeats", type=int, default=None, help="pairs per case (3 quick, 2 else)")
+    ap.add_argument(
+        "--baselines",
+        default="als,soft-impute",
+        help="comma-separated subset of als,soft-impute (soft-impute dominates the run time)",
+    )
     args = ap.parse_args(argv)
-    n, r, p = (300, 5, 0.1) if args.quick else (2000, 5, 0.1)
-    repeats = 3 if args.quick else 2
+    chosen = args.baselines.split(",")
+    if not chosen or any(b not in ("als", "soft-impute") for b in chosen):
+        raise ValueError(f"--baselines must list als and/or soft-impute, got {args.baselines!r}")
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.n is not None and (args.quick or args.n < 50):
+        raise ValueError(f"--n needs n >= 50 and no --quick, got n={args.n}, quick={args.quick}")
+    n, r, p = (300, 5, 0.1) if args.quick else (args.n or 2000, 5, 0.1)
+    repeats = args.repeats or (3 if args.quick else 2)
+    svd = "auto" if args.quick else "sparse"
     g = torch.Generator().manual_seed(0)
     mat = low_rank_matrix(n, n, r, g)
     obs = observe(mat, random_mask((n, n), p, g))
@@ -51,12 +74,22 @@ def main(argv=None) -> int:
         errors["als"].append(rel(als(obs, r, tol=1e-9, generator=gen).matrix()))
 
     def base_soft():
-        res = soft_impute(obs, lam=1e-6 * float(obs.values.norm()), max_rank=2 * r, max_iter=100)
+        res = soft_impute(
+            obs, lam=1e-6 * float(obs.values.norm()), max_rank=2 * r, max_iter=100, svd=svd
+        )
         errors["soft-impute"].append(rel(res.matrix()))
 
-    params = {"n": n, "r": r, "p": p, "observed": obs.n_observed, "dtype": "float64"}
+    params = {
+        "n": n,
+        "r": r,
+        "p": p,
+        "observed": obs.n_observed,
+        "dtype": "float64",
+        "soft_impute_svd": svd,
+    }
     results = []
-    for name, base in (("als", base_als), ("soft-impute", base_soft)):
+    cases = {"als": base_als, "soft-impute": base_soft}
+    for name, base in ((b, cases[b]) for b in chosen):
         errors["eps-rgd"].clear()
         res = compare(
             cand,
@@ -78,8 +111,12 @@ def main(argv=None) -> int:
     for res in results:
         print(res.name, {k: v for k, v in res.params.items() if k.startswith("final")})
     cmd = "python packages/eps-completion/benchmarks/time_to_accuracy.py" + (
-        " --quick" if args.quick else ""
+        " --quick" if args.quick else f" --n {args.n}" if args.n is not None else ""
     )
+    if args.repeats is not None:
+        cmd += f" --repeats {args.repeats}"
+    if args.baselines != "als,soft-impute":
+        cmd += f" --baselines {args.baselines}"
     write_json(args.out, results, command=cmd, load_average=os.getloadavg()[0])
     return 0
 

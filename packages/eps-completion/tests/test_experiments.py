@@ -78,3 +78,53 @@ def test_real_quick_path_runs_end_to_end_on_a_tiny_size(monkeypatch, tmp_path):
     res = json.loads(next(tmp_path.rglob("result.json")).read_text())
     assert res["paper"] == "P05" and isinstance(res["holds"], bool)
     assert len(res["metrics"]["eps_over_best_baseline"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("eps", "bm", "als", "holds"),
+    [
+        ([0.5, 0.9], [0.2, 0.9], [0.1, 0.85], True),  # +0.3 at one point, never worse
+        ([0.5, 0.75], [0.2, 0.9], [0.1, 0.85], False),  # 0.15 worse than bm at point 2
+        ([0.5, 0.81], [0.2, 0.9], [0.1, 0.85], True),  # 0.09 worse: inside the slack
+        ([0.35, 0.9], [0.2, 0.9], [0.1, 0.85], False),  # best gain 0.15 < margin
+        ([0.0, 0.0], [0.0, 0.0], [0.0, 0.0], False),  # nobody succeeds: nothing rescued
+    ],
+)
+def test_hard_regimes_verdict_follows_the_rule(eps, bm, als, holds):
+    from eps_completion.experiments.hard_regimes import MARGIN, SLACK, verdict
+
+    assert (SLACK, MARGIN) == (0.1, 0.2)  # the cases above sit on either side of these
+    got, never_worse, gain = verdict({"eps": eps, "bm": bm, "als": als})
+    assert got is holds
+    triples = list(zip(eps, bm, als, strict=True))
+    assert never_worse is all(e >= max(b, a) - SLACK for e, b, a in triples)
+    assert gain == max(e - max(b, a) for e, b, a in triples)
+
+
+def test_hard_regimes_sizes_keep_the_issue_minimum_of_20_instances_per_point():
+    from eps_completion.experiments.hard_regimes import SIZES
+
+    for mode, (n, r, n_inst, _, points, _) in SIZES.items():
+        assert n_inst >= 20, mode
+        for rho, _ in points:  # at least the degrees of freedom, fewer than every entry
+            assert rho >= 1.0, mode
+            assert rho * r * (2 * n - r) < n * n, mode
+
+
+def test_hard_regimes_full_flag_selects_the_full_size_end_to_end(monkeypatch, tmp_path):
+    pytest.importorskip("cvxpy")
+    from eps_completion.experiments import hard_regimes
+
+    # a tiny stand-in for the full size: 2 points, 2 instances, with the k = 2r pipeline
+    tiny = (10, 1, 2, 30, [(2.0, False), (3.0, True)], True)
+    monkeypatch.setitem(hard_regimes.SIZES, "full", tiny)
+    assert hard_regimes.main(["--full", "--out", str(tmp_path)]) in (0, None)
+    res = json.loads(next(tmp_path.rglob("result.json")).read_text())
+    metrics = res["metrics"]
+    assert set(metrics) >= {"success[eps]", "success[eps-k2r]", "success[nuclear]"}
+    for key in (k for k in metrics if k.startswith("success[")):
+        assert len(metrics[key]) == 2 and all(v in (0.0, 0.5, 1.0) for v in metrics[key])
+    holds, _, gain = hard_regimes.verdict(
+        {m: metrics[f"success[{m}]"] for m in ("eps", "bm", "als")}
+    )
+    assert res["holds"] is holds and metrics["max_gain_over_bm_als"] == gain
