@@ -4,7 +4,15 @@ Baseline: what a user would run instead, ``torch.optim.Muon`` (its bfloat16 Newt
 5 steps) on the hidden matrices and ``torch.optim.AdamW`` on the biases and the output head,
 stepped together. Candidate: ``AdaptiveLMO`` with its **defaults** (``exponent="auto"``,
 ``update_every=10``, ``method="auto"``: a = 0 steps by the same bfloat16 Newton-Schulz, the SVD
-only on criterion steps and for layers at a != 0), same lr, momentum and AdamW settings.
+only on criterion steps and for layers at a != 0; since issue 33's cost-aware rules also
+``min_gain=0.05`` and ``backoff=3``), same lr, momentum and AdamW settings. With the backoff
+a layer whose choice stays put takes its criterion decompositions at steps 1, 11, 31, 71,
+151, ... (then every 80). Each arm runs 20 warm-up steps, then ``10 * (repeats + 1)``
+train-step pairs, then ``10 * repeats`` ``opt.step()`` pairs: with ``--repeats 4`` the
+``opt.step()`` window (steps 71-110) holds one criterion step (twice the steady-state
+density of one in 80), with ``--repeats 6`` (steps 91-150) none. The steady state:
+``--pair-steps 80 --warmup-steps 151`` (the backoff at its cap: steps 151, 231, ... take the
+decomposition, one in every timed pair of 80 steps).
 Both arms train copies of one MLP on the same stream of fresh random batches.
 
 Two ratios per width, both from interleaved pairs (candidate first on even pairs, baseline
@@ -153,6 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="default 6 (--quick) or 12")
     ap.add_argument("--fisher", action="store_true", help="also time fisher_backward")
     ap.add_argument(
+        "--pair-steps",
+        type=int,
+        default=None,
+        help="training steps per timed pair (default update_every); with the backoff at its "
+        "cap (8 x update_every), 8 x update_every puts one criterion step in every pair",
+    )
+    ap.add_argument(
+        "--warmup-steps", type=int, default=None, help="untimed steps first (default 2 x pair)"
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -163,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     widths = args.widths or ([256] if args.quick else [512, 1024])
     repeats = args.repeats or (6 if args.quick else 12)
-    k = args.update_every
+    k = args.pair_steps or args.update_every
+    warm = args.warmup_steps if args.warmup_steps is not None else 2 * k
     results, extra = [], []
     for width in widths:
         base_model = mlp(width, 3, args.device)
@@ -182,14 +201,14 @@ def main(argv: list[str] | None = None) -> int:
                     model,
                     lr=LR,
                     momentum=MOMENTUM,
-                    update_every=k,
+                    update_every=args.update_every,
                     adamw_lr=ADAMW_LR,
                     exponent=exponent,
                 )
             batches = Batches(width, args.device, args.batch)
             arms[name] = Arm(model, opt, batches, args.device, fisher)
         for arm in arms.values():  # warm up: kernels, lazy state, the first criterion steps
-            arm.run(2 * k)
+            arm.run(warm)
         base = arms["torch_muon"]
         for name in [n for n, _ in variants if n != "torch_muon"]:
             cand = arms[name]

@@ -46,7 +46,8 @@ def test_step_makes_no_tensor_on_the_default_device(kw, monkeypatch):
     cfg = {**ts.config(True), "na": 23, "nb": 13, "m": 11, "n": 600}
     X, Y = (t.double() for t in ts.make_problem(cfg, 0)["train"])
     model = ts._make_student(cfg, 0).double()
-    opt = AdaptiveLMO(model, lr=0.01, update_every=2, max_rows=16, **kw)  # subsampled sketches
+    # subsampled sketches; backoff=0: a criterion step every 2 steps, so the switch test runs
+    opt = AdaptiveLMO(model, lr=0.01, update_every=2, max_rows=16, backoff=0, **kw)
     g = torch.Generator().manual_seed(0)
     mode = _mode()
     for _ in range(30):

@@ -189,8 +189,9 @@ def test_optimizer_applies_the_switch_rule_exactly(conf):
     net = _linear_net(n, m, 3)
     w = net[0].weight
     opt = AdaptiveLMO(
-        net, lr=0.01, momentum=0.0, update_every=1, stats="same_batch", switch_confidence=conf
-    )
+        net, lr=0.01, momentum=0.0, update_every=1, stats="same_batch", switch_confidence=conf,
+        backoff=0,
+    )  # fmt: skip
     g = torch.Generator().manual_seed(11)
     prev, kept, moved, tested = None, 0, 0, 0
     for t in range(14):

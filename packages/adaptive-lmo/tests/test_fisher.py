@@ -126,7 +126,7 @@ def test_cross_entropy_rows_estimate_the_gauss_newton_factor():
 
 def test_fisher_backward_is_free_off_criterion_steps_and_validates():
     net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
-    opt = AdaptiveLMO(net, lr=0.01, update_every=3)  # next_batch: first choice on step 2
+    opt = AdaptiveLMO(net, lr=0.01, update_every=3, backoff=0)  # next_batch: first choice on step 2
     x = torch.randn(8, 4)
     calls = []
     for _ in range(7):

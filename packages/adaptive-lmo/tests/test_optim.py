@@ -354,6 +354,11 @@ def test_state_dict_round_trip_continues_identically(precondition):
     for p, q in zip(b.parameters(), ref.parameters(), strict=True):
         assert torch.equal(p, q)
     assert ob.geometry() == opt.geometry()
+    # the criterion schedule (backoff) resumes too
+    keys = ("last_snap", "next_snap", "stable")
+    sched = [{k: ob.state[p].get(k) for k in keys} for p in b.parameters() if p in ob.state]
+    want = [{k: opt.state[p].get(k) for k in keys} for p in ref.parameters() if p in opt.state]
+    assert sched == want and any(s["next_snap"] is not None for s in sched)
 
 
 def test_conv_reshape_rule_matches_the_convolution():

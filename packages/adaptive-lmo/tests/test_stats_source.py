@@ -48,6 +48,7 @@ def _run(stats: str, seed: int, steps: int, check: bool = False) -> list[float]:
         nn.Sequential(lin),
         lr=LR,
         momentum=MU,
+        backoff=0,  # a choice at every criterion step of the fixed schedule
         head=None,
         update_every=K,
         stats=stats,

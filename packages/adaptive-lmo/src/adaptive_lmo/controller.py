@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .criterion import (
+    GRID_POINTS,
     alignment,
     choose_exponent,
     curvature_along,
@@ -30,6 +31,7 @@ from .criterion import (
     ledoit_wolf_shrinkage,
     row_moments,
     shrink_to_identity,
+    surrogate_decrease,
     switch_gain,
     t_quantile,
 )
@@ -45,6 +47,60 @@ class ExponentController:
     param_groups: list[dict[str, Any]]
     sync_stats: bool
 
+    @staticmethod
+    def _fresh(st: dict[str, Any], g: dict[str, Any], t: int) -> bool:
+        """Whether the layer's step ``t`` takes a fresh spectral decomposition for the criterion.
+
+        Steps 1, 1 + k, ... (``k = update_every``) until the first choice; after that the
+        step scheduled by the backoff (:meth:`_mark_snap`, :meth:`_choose`)."""
+        nxt = st.get("next_snap")
+        if nxt is None:
+            return (t - 1) % g["update_every"] == 0
+        return t >= nxt
+
+    @staticmethod
+    def _interval(st: dict[str, Any], g: dict[str, Any]) -> int:
+        return g["update_every"] * 2 ** min(st.get("stable", 0), g.get("backoff", 0))
+
+    def _mark_snap(self, st: dict[str, Any], g: dict[str, Any]) -> None:
+        st["last_snap"] = st["step"]
+        st["next_snap"] = st["step"] + self._interval(st, g)
+
+    def _choose(self, it: dict[str, Any]) -> None:
+        """Choose the exponent, then count stable choices and space the next criterion step.
+
+        Stable: the layer stays on the same route (a = 0 or not) and its exponent moves by at
+        most one criterion grid step. Each stable choice in a row doubles the spacing (up to
+        ``2**backoff``): a geometry the criterion keeps confirming is re-checked less often,
+        so its SVDs amortise over more steps; a change resets the spacing to ``update_every``.
+        """
+        st, g = self.state[it["p"]], it["g"]
+        # a fallback exponent is no choice to be stable against
+        old = None if st.get("source", "").startswith("fallback") else st.get("exponent")
+        self._choose_exponent(it)
+        new = st.get("exponent")
+        stable = (
+            old is not None
+            and new is not None
+            and (old == 0.0) == (new == 0.0)
+            and abs(new - old) <= 1.0 / (GRID_POINTS - 1)
+        )
+        st["stable"] = st.get("stable", 0) + 1 if stable else 0
+        if "last_snap" in st:
+            st["next_snap"] = st["last_snap"] + self._interval(st, g)
+
+    def _cost_rule(self, a: float, s: Tensor, curv: Tensor, d: Tensor | None, g: dict) -> str:
+        """``""`` when ``a`` pays for its per-step SVD, else why the layer takes a = 0."""
+        mg = g.get("min_gain", 0.0)
+        if a == 0.0 or mg <= 0 or g["method"] != "auto":
+            return ""
+        at = torch.tensor([a, 0.0], dtype=torch.float64, device=s.device)
+        dec = surrogate_decrease(at, s, curv, d)
+        gain = float(dec[0] / dec[1]) - 1.0
+        if gain >= mg:  # NaN (unresolved) falls through to a = 0 as well
+            return ""
+        return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
+
     def _refresh_due(self) -> None:
         due, want_out = set(), set()
         for g in self.param_groups:
@@ -55,7 +111,7 @@ class ExponentController:
                 if g["stats"] == "next_batch":
                     if "pending_Vh" in st:  # the next step pairs its forward with these factors
                         due.add(id(p))
-                elif st.get("step", 0) % g["update_every"] == 0:
+                elif self._fresh(st, g, st.get("step", 0) + 1):
                     due.add(id(p))
                 if id(p) in due and g.get("curvature", "kfac") == "kfac":
                     want_out.add(id(p))
@@ -208,7 +264,7 @@ class ExponentController:
             else:
                 it[k] = None
 
-    def _choose(self, it: dict[str, Any]) -> None:
+    def _choose_exponent(self, it: dict[str, Any]) -> None:
         p, g, st = it["p"], it["g"], self.state[it["p"]]
         s, d = it["crit"]
         if it["c"] is None:
@@ -258,6 +314,13 @@ class ExponentController:
             st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
             self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
             return
+        cost = (
+            self._cost_rule(a, s, curv, d, g)
+            if it["P"].dtype != torch.float64  # float64 takes the exact SVD at a = 0 as well
+            else ""
+        )
+        if cost:
+            a = 0.0
         z = g.get("switch_confidence", 0.0)
         old = st.get("exponent")
         if (
@@ -282,7 +345,7 @@ class ExponentController:
                     )
                     return
         st["exponent"] = a
-        st["source"] = f"criterion ({g['criterion']}{how})"
+        st["source"] = f"criterion ({g['criterion']}{how}){cost}"
 
     def _reducer(self, device: torch.device) -> Callable[[Tensor], Tensor] | None:
         """Sum over ``torch.distributed`` ranks (None for one process or ``sync_stats=False``)."""

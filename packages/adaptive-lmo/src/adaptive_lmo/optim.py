@@ -133,6 +133,16 @@ class AdaptiveLMO(ExponentController, Optimizer):
             choice tends to the input-only criterion's (measured worse on ``image``).
             ``geometry()`` reports the weight as ``"output_shrinkage"``. Why:
             see the README ("Too few effective rows").
+        min_gain: the cost-aware rule (``method="auto"`` only, where a layer off a = 0 pays an
+            SVD per step instead of torch Muon's Newton-Schulz). A chosen exponent ``a > 0``
+            is kept only when the surrogate predicts a relative gain
+            :math:`\Delta(a)/\Delta(0) - 1 \ge` ``min_gain`` in one-step decrease over a = 0;
+            otherwise the layer takes a = 0 (``geometry()`` says so, with the gain). Default
+            0.05 (fixed before any benchmark; README, "Cost-aware rule"); 0 turns it off.
+        backoff: criterion steps of a layer whose choice is stable (same route, exponent
+            moved by at most one grid step) are spaced ``update_every * 2**j`` steps apart,
+            ``j`` the number of stable choices in a row, capped at ``backoff`` (default 3:
+            at most 8x ``update_every``); any change resets the spacing. 0: fixed spacing.
         method: ``"auto"`` (default: a = 0 steps outside criterion steps by torch.optim.Muon's
             routine, five bfloat16 Newton-Schulz steps, the SVD elsewhere; float64 always
             exact), ``"svd"`` (exact everywhere) or ``"iterative"`` (matmul-only fractional
@@ -203,6 +213,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
         curvature: str = "kfac",
         shrinkage: str = "none",
         switch_confidence: float = 0.975,
+        min_gain: float = 0.05,
+        backoff: int = 3,
         method: str = "auto",
         scale: str = "polar",
         weight_decay: float = 0.0,
@@ -245,6 +257,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
             "curvature": curvature,
             "shrinkage": shrinkage,
             "switch_confidence": switch_confidence,
+            "min_gain": min_gain,
+            "backoff": backoff,
             "method": method,
             "scale": scale,
             "weight_decay": weight_decay,
@@ -569,8 +583,10 @@ class AdaptiveLMO(ExponentController, Optimizer):
             shape = matrix_shape(tuple(p.shape), self._view(p, g))
             P, ghat = direction(self.state[p], p.grad, g, shape)
             it = {"p": p, "g": g, "P": P, "ghat": ghat, "shape": shape, "factors": None}
-            fresh = (self.state[p]["step"] - 1) % g["update_every"] == 0
             auto = g["exponent"] == "auto"
+            fresh = self._fresh(self.state[p], g, self.state[p]["step"])
+            if auto and fresh:  # the criterion's spacing (backoff) is counted from here
+                self._mark_snap(self.state[p], g)
             if g["stats"] == "next_batch":
                 # choose with the factors kept from an earlier step; keep this step's
                 it["due"] = auto and "pending_Vh" in self.state[p]
@@ -625,13 +641,14 @@ class AdaptiveLMO(ExponentController, Optimizer):
         if not any_nonfinite(grads):
             return work
         bad = nonfinite_names(grads, [self._names.get(id(p), "?") for p, _ in work])
+        # the bad forward's hook rows must not feed the next criterion step (either mode)
+        self._collector.clear()
         if self.nonfinite == "raise":
             raise ValueError(
                 f"AdaptiveLMO: non-finite gradient (NaN or inf) in {', '.join(bad)}; nothing "
                 "was updated (nonfinite='skip' skips such steps instead)"
             )
         self.skipped_steps += 1
-        self._collector.clear()  # this forward's statistics go with its skipped step
         if (0, "skip") not in self._warned:
             self._warned.add((0, "skip"))
             warnings.warn(

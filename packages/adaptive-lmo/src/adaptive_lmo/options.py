@@ -89,6 +89,10 @@ def validate_lmo(g: dict[str, Any]) -> None:
     sc = g.get("switch_confidence", 0.0)
     if not (isinstance(sc, int | float) and not isinstance(sc, bool) and (sc == 0 or 0.5 < sc < 1)):
         raise ValueError(f"switch_confidence must be 0 (off) or in (0.5, 1), got {sc!r}")
+    check_number("min_gain", g.get("min_gain", 0.0))
+    bo = g.get("backoff", 0)
+    if isinstance(bo, bool) or not isinstance(bo, int) or not 0 <= bo <= 16:
+        raise ValueError(f"backoff must be an int in [0, 16], got {bo!r}")
     _one_of("shrinkage", g.get("shrinkage", "none"), SHRINKAGES)
     _one_of("stats", g.get("stats", "next_batch"), STATS)
     _one_of("matrix_view", g.get("matrix_view", "auto"), VIEWS)

@@ -126,7 +126,14 @@ def build_optimizer(
     # with. The optimizer's default ("auto") takes a = 0 steps by torch.optim.Muon's bf16
     # Newton-Schulz for speed; on teacher-student's ill-conditioned layer B that approximation
     # costs accuracy (quick: per-layer best fixed 1.431 vs 1.390 exact; README, Results).
-    common = {"adjust_lr_fn": "original", "adamw_lr": ADAMW_SIDE_LR, "method": "svd"}
+    # backoff=0: the fixed criterion spacing they were validated with (issue 33's backoff is
+    # a speed option; min_gain only acts on method="auto")
+    common = {
+        "adjust_lr_fn": "original",
+        "adamw_lr": ADAMW_SIDE_LR,
+        "method": "svd",
+        "backoff": 0,
+    }
     if name == "Muon":
         flat_ok = all(p.ndim == 2 for p in mats)
         if not flat_ok:
