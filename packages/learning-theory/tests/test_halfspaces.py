@@ -74,6 +74,48 @@ def test_min_norm_point_against_brute_force_in_the_plane():
         np.testing.assert_allclose(sum(v * pts[k] for k, v in weights.items()), x, atol=1e-12)
 
 
+def _min_norm_brute_force(pts):
+    """Nearest point of conv(pts) to the origin by enumerating every face of <= 3 points: the
+    affine minimiser of each subset, kept when its weights are non-negative."""
+    best = np.inf
+    for k in (1, 2, 3):
+        for idx in itertools.combinations(range(len(pts)), k):
+            q = pts[list(idx)]
+            kkt = np.zeros((k + 1, k + 1))
+            kkt[:k, :k], kkt[:k, k], kkt[k, :k] = q @ q.T, 1.0, 1.0
+            lam = np.linalg.lstsq(kkt, np.r_[np.zeros(k), 1.0], rcond=None)[0][:k]
+            if (lam >= -1e-12).all():
+                best = min(best, float(np.linalg.norm(lam @ q)))
+    return best
+
+
+def test_min_norm_point_on_parallelogram_difference_sets():
+    # A 2 x 2 sample gives the difference set {p_a - q_a, p_a - q_b, p_b - q_a, p_b - q_b}: four
+    # affinely dependent points (a parallelogram). Wolfe's corral then re-adds and drops the same
+    # point with no progress; this cycled for 10,000 iterations and raised in the main job
+    # (learning-theory.compression-bounds --quick). The first case is that input.
+    failing = np.array(
+        [
+            [0.8107447224200904, -0.20798719987925868, -0.8798917725848528],
+            [-0.2999314088717885, 0.16443195858930212, 0.35989874772650665],
+            [0.7067333240836986, -0.45571184698930256, -0.7121483309766493],
+            [-0.4039428072081803, -0.08329268852074172, 0.5276421893347102],
+        ]
+    )
+    rng = np.random.default_rng(7)
+    cases = [failing]
+    for _ in range(300):
+        pa, pb, qa, qb = rng.normal(size=(4, 3))
+        cases.append(np.array([pa - qa, pa - qb, pb - qa, pb - qb]))
+    for pts in cases:
+        x, weights = min_norm_point(pts)
+        want = _min_norm_brute_force(pts)
+        scale = np.sqrt((pts**2).sum(1).max())
+        # rounding of the KKT solves: a few eps of the points' scale on |x|
+        assert np.linalg.norm(x) == pytest.approx(want, abs=1e-12 * scale)
+        assert all(v > 0 for v in weights.values()) and sum(weights.values()) == pytest.approx(1)
+
+
 def test_degenerate_lattice_keeps_at_most_d_plus_one_points():
     # Many points tight at once (a lattice): Carathéodory elimination still keeps <= d + 1.
     grid = np.array(list(itertools.product(range(4), repeat=3)), dtype=float)

@@ -55,13 +55,19 @@ def min_norm_point(
     floor = 64 * np.finfo(np.float64).eps * radius
     start = int((p**2).sum(1).argmin())
     corral, lam = [start], np.array([1.0])
+    best = np.inf
     for _ in range(max_iter):
         x = lam @ p[corral]
         j = int((p @ x).argmin())
         xx = float(x @ x)
         gap = xx - float(p[j] @ x)
-        if gap <= max(1e-12 * xx, floor * np.sqrt(xx)) or j in corral:
+        # In exact arithmetic every major cycle strictly shortens x. A cycle that does not (an
+        # affinely dependent corral, e.g. the parallelogram p_a - q_a, p_a - q_b, p_b - q_a,
+        # p_b - q_b of a 2 x 2 difference set, re-adding and dropping the same point) means x
+        # is already optimal to round-off: stop rather than cycle.
+        if gap <= max(1e-12 * xx, floor * np.sqrt(xx)) or j in corral or xx >= best:
             return x, dict(zip(corral, lam.tolist(), strict=True))
+        best = xx
         corral.append(j)
         lam = np.append(lam, 0.0)
         while True:
