@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from adaptive_fgd.experiments import digits, regression, vision
 from adaptive_fgd.experiments import pde as pde_exp
-from adaptive_fgd.experiments import regression, vision
 
 
 def test_time_to_and_fitted_rate():
@@ -73,3 +73,27 @@ def test_fitted_rate_measures_the_gap_above_the_floor():
     rows = [{"loss": 1.5, "met": True}, {"loss": 1.25, "met": True}, {"loss": 1.3, "met": False}]
     rate, mono, used = regression.fitted_rate(rows, initial_loss=2.0, floor=1.0)
     assert used == 2 and mono and math.isclose(rate, 0.5)  # gaps 1 -> 0.5 -> 0.25
+
+
+def test_digits_helpers_against_scikit_learn():
+    from sklearn.metrics import log_loss
+    from sklearn.svm import SVC
+
+    x, t, xt, _ = digits.load_split(seed=4)
+    assert x.shape == (digits.N_TRAIN, 64) and xt.shape == (1797 - digits.N_TRAIN, 64)
+    assert float(x.min()) >= 0 and float(x.max()) <= 1 and set(t.tolist()) == set(range(10))
+    # gamma="scale" as scikit-learn computes it, from the fitted SVC (an independent route)
+    svc = SVC(gamma="scale").fit(x.numpy(), t.numpy())
+    assert math.isclose(digits.scale_bandwidth(x), math.sqrt(1 / (2 * svc._gamma)), rel_tol=1e-12)
+    gen = torch.Generator().manual_seed(1)
+    logits = 3 * torch.randn(40, 10, generator=gen)
+    labels = torch.arange(40) % 10
+    ref = log_loss(labels.numpy(), torch.softmax(logits, 1).numpy(), labels=list(range(10)))
+    assert math.isclose(digits.cross_entropy(logits, labels), ref, rel_tol=1e-9)
+    assert digits.accuracy(torch.nn.functional.one_hot(labels, 10).double(), labels) == 1.0
+    rows = [{"seconds": 1.0, "acc": 0.9}, {"seconds": 2.0, "acc": 0.98}]
+    assert digits.time_to_acc(rows, 0.97) == 2.0 and math.isinf(digits.time_to_acc(rows, 0.99))
+    assert digits.at_time(rows, 1.5, "acc") == 0.9 and digits.at_time(rows, 0.5, "acc") < 0
+    met = [{"loss": 1.0, "met": True}, {"loss": 1.2, "met": False}, {"loss": 1.1, "met": True}]
+    assert digits.monotone_on_met(met, 2.0)
+    assert not digits.monotone_on_met([{"loss": 2.5, "met": True}], 2.0)

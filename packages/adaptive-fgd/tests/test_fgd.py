@@ -14,7 +14,7 @@ from adaptive_fgd import (
     RepresentationCapError,
     refine_until,
 )
-from adaptive_fgd.functional import relative_error, step_size
+from adaptive_fgd.functional import guaranteed_decrease, relative_error, step_size
 
 
 def _data(n=400, seed=0, freq=6.0):
@@ -101,6 +101,33 @@ def test_logistic_loss_decreases_and_default_lr_is_theory_step():
     assert losses[-1] < 0.35
 
 
+@pytest.mark.parametrize("k", [3, 5])
+def test_softmax_steps_meet_the_descent_guarantee(k):
+    # k classes with soft labels p(x) = softmax(smooth logits): the gradient p(f) - p(x) is
+    # smooth, so the rule can meet delta; on every step whose whole-sample error met delta the
+    # decrease is at least the descent lemma's (1-d)^2 / (2L(1+d)^2) |g|^2 with L = 1/2
+    # (an independent check of the loss's gradient, its smoothness constant and the step).
+    gen = torch.Generator().manual_seed(k)
+    x = torch.rand(700, 2, generator=gen) * 2 - 1
+    a = torch.randn(2, k, generator=gen)
+    y = torch.softmax(2 * torch.sin(2 * x @ a), dim=1)
+    d = 0.3
+    fgd = AdaptiveFGD(KernelCentres(2, 0.3, cap=256), loss="softmax", delta=d, on_cap="record")
+    assert math.isclose(fgd.lr, step_size(0.5, d))
+    fgd.fit(x, y, steps=10)
+    prev, checked = math.log(k), 0
+    for r in fgd.history:
+        if r.rel_error_full <= d:
+            bound = guaranteed_decrease(0.5, d, fgd.lr, r.grad_norm_sq)
+            assert prev - r.loss >= bound * (1 - 1e-9)
+            checked += 1
+        prev = r.loss
+    assert checked >= 5
+    assert fgd.history[0].met and fgd.predict(x).shape == (700, k)
+    # the iterate is a logit function: its softmax approaches the label distribution
+    assert float((torch.softmax(fgd.predict(x), 1) - y).abs().mean()) < 0.05
+
+
 def test_fixed_size_baseline_never_changes_size_and_never_raises():
     x, y = _data(n=300, seed=8, freq=12.0)
     fgd = AdaptiveFGD(
@@ -176,6 +203,10 @@ def test_fit_rejects_bad_data():
         AdaptiveFGD(RandomFourierFeatures(2, 0.4, cap=64), loss="logistic").fit(
             torch.rand(5, 2), torch.tensor([0.0, 1, 1, -2, 1]), steps=1
         )
+    soft = AdaptiveFGD(RandomFourierFeatures(2, 0.4, cap=64), loss="softmax")
+    for bad in ([[0.5, 0.6]] * 5, [[1.5, -0.5]] * 5, [[1.0]] * 5):
+        with pytest.raises(ValueError, match="probability vector"):
+            soft.fit(torch.rand(5, 2), torch.tensor(bad), steps=1)
     with pytest.raises(RuntimeError, match="fit"):
         AdaptiveFGD(RandomFourierFeatures(2, 0.4, cap=64)).step()
     with pytest.raises(ValueError, match="FeatureFamily"):

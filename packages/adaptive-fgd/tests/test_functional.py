@@ -26,6 +26,11 @@ def _labels(n, k, gen, loss):
         hard = torch.where(torch.rand(n, k, generator=gen) < 0.5, -1.0, 1.0)
         soft = 2 * torch.rand(n, k, generator=gen) - 1
         return torch.where(torch.rand(n, k, generator=gen) < 0.5, hard, soft)
+    if loss == "softmax":  # one-hot rows and random probability vectors mixed
+        hot = torch.nn.functional.one_hot(torch.randint(k, (n,), generator=gen), k).double()
+        soft = torch.rand(n, k, generator=gen) ** 3  # skewed: some entries near 0
+        soft = soft / soft.sum(1, keepdim=True)
+        return torch.where(torch.rand(n, 1, generator=gen) < 0.5, hot, soft)
     return torch.randn(n, k, generator=gen)
 
 
@@ -33,8 +38,8 @@ def _risk(loss, f, y, w):
     return (w[:, None] * loss_value(loss, f, y)).sum()
 
 
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
-@pytest.mark.parametrize(("n", "k"), [(1, 1), (37, 3), (101, 2)])
+@pytest.mark.parametrize("loss", ["squared", "logistic", "softmax"])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (37, 3), (101, 2), (53, 10)])
 def test_l2_gradient_is_riesz_representer_fd(loss, n, k):
     gen = torch.Generator().manual_seed(n * 7 + k)
     f, h = torch.randn(n, k, generator=gen), torch.randn(n, k, generator=gen)
@@ -49,11 +54,12 @@ def test_l2_gradient_is_riesz_representer_fd(loss, n, k):
     assert abs(float(fd - l2_inner(g, h, w))) <= 1e-8 * scale
 
 
-@pytest.mark.parametrize("loss", ["squared", "logistic"])
-def test_loss_derivative_matches_autograd(loss):
-    gen = torch.Generator().manual_seed(3)
-    u = (5 * torch.randn(50, 2, generator=gen)).requires_grad_()
-    y = _labels(50, 2, gen, loss)
+@pytest.mark.parametrize("loss", ["squared", "logistic", "softmax"])
+@pytest.mark.parametrize("k", [2, 7])
+def test_loss_derivative_matches_autograd(loss, k):
+    gen = torch.Generator().manual_seed(3 + k)
+    u = (5 * torch.randn(50, k, generator=gen)).requires_grad_()
+    y = _labels(50, k, gen, loss)
     (grad,) = torch.autograd.grad(loss_value(loss, u, y).sum(), u)
     torch.testing.assert_close(loss_derivative(loss, u.detach(), y), grad, rtol=1e-12, atol=1e-14)
 
@@ -66,6 +72,28 @@ def test_smoothness_bounds_second_derivative():
         second = (d[2:] - d[:-2]) / (u[2:] - u[:-2])
         assert float(second.max()) <= smoothness(loss) * (1 + 1e-6)
         assert float(second.max()) >= smoothness(loss) * (1 - 1e-3)  # the constant is tight
+
+
+@pytest.mark.parametrize("k", [2, 3, 10])
+def test_softmax_smoothness_bounds_the_hessian(k):
+    # the Hessian of a row's cross-entropy by autograd (independent of the closed form), its
+    # largest eigenvalue by eigvalsh, over random logits of several scales and label vectors
+    gen = torch.Generator().manual_seed(k)
+    top = 0.0
+    for trial in range(40):
+        u0 = (0.3 * trial / 10) * torch.randn(k, generator=gen)
+        y = _labels(1, k, gen, "softmax")[0]
+        hess = torch.autograd.functional.hessian(
+            lambda u, y=y: loss_value("softmax", u, y).sum(), u0
+        )
+        top = max(top, float(torch.linalg.eigvalsh(hess).max()))
+    assert top <= smoothness("softmax") * (1 + 1e-12)
+    # tight: two classes with equal logits (other logits far below) give 1/2
+    u = torch.full((k,), -40.0)
+    u[:2] = 0.0
+    y = torch.nn.functional.one_hot(torch.tensor(0), k).double()
+    hess = torch.autograd.functional.hessian(lambda v: loss_value("softmax", v, y).sum(), u)
+    assert float(torch.linalg.eigvalsh(hess).max()) >= smoothness("softmax") * (1 - 1e-12)
 
 
 def _rkhs_setup(n=23, d=2, k=2, seed=0, loss="squared"):

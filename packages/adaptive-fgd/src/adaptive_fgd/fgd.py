@@ -18,6 +18,13 @@ family's list):
 :math:`\eta` defaults to :func:`adaptive_fgd.functional.step_size` (the step that keeps the
 descent guarantee for any :math:`\hat g` meeting the condition). ``adaptive=False`` gives the
 fixed-size baseline (same fit, same step, size never changes, condition only recorded).
+
+``norm="rkhs"`` runs the same loop in the RKHS of a :class:`KernelCentres` family instead
+(:mod:`adaptive_fgd.rkhs`): the gradient is the kernel expansion over the whole sample, the
+representation its orthogonal projection on the centres, and the condition
+:math:`\|\hat g - g\|_{\mathcal H} \le \delta\|g\|_{\mathcal H}` is checked exactly (no
+points held out); the default step uses the smoothness :math:`L\,\lambda_{\max}(K/n)` bounded by
+:func:`adaptive_fgd.rkhs.operator_bound`.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ import torch
 
 from .functional import check_delta, l2_gradient, relative_error, step_size
 from .losses import check_loss, loss_value, smoothness
-from .representations import FeatureFamily, NestedRidge
+from .representations import FeatureFamily, KernelCentres, NestedRidge, gaussian_kernel
+from .rkhs import operator_bound, refine_rkhs
 
 __all__ = ["AdaptiveFGD", "FitResult", "RepresentationCapError", "StepRecord", "refine_until"]
 
@@ -69,9 +77,10 @@ class StepRecord:
 
     step: int
     loss: float
-    rel_error: float  #: estimate on held-out check points (what the rule used)
-    rel_error_full: float  #: over the whole sample measure (diagnostic)
-    grad_norm_sq: float  #: :math:`\|g_t\|^2_{L^2(\mu_n)}` at the iterate the step started from
+    rel_error: float  #: estimate on held-out check points (what the rule used); exact for rkhs
+    rel_error_full: float  #: over the whole sample measure (diagnostic); = rel_error for rkhs
+    #: :math:`\|g_t\|^2` at the iterate the step started from (:math:`L^2(\mu_n)` or RKHS)
+    grad_norm_sq: float
     size: int
     lr: float
     seconds: float  #: cumulative wall time of the steps
@@ -143,8 +152,10 @@ class AdaptiveFGD:
     Args:
         family: a :class:`~adaptive_fgd.representations.FeatureFamily` (its ``cap`` bounds the
             representation and the iterate).
-        loss: ``"squared"`` or ``"logistic"`` (labels in [-1, +1]: ±1, or the expected label
-            :math:`2p-1` of a point with conditional probability :math:`p`).
+        loss: ``"squared"``, ``"logistic"`` (labels in [-1, +1]: ±1, or the expected label
+            :math:`2p-1` of a point with conditional probability :math:`p`) or ``"softmax"``
+            (multiclass: ``y`` one probability vector per point, one-hot for hard labels; the
+            iterate has ``k`` outputs, the logits).
         delta: relative-error target :math:`\delta\in(0,1)`.
         lr: step size; default :math:`(1-\delta)/(L(1+\delta)^2)` with :math:`L` the loss's
             smoothness.
@@ -157,6 +168,10 @@ class AdaptiveFGD:
         on_cap: ``"raise"`` (default) or ``"record"`` (continue, with ``met=False`` in the
             history) when the cap cannot meet ``delta``.
         seed: seed of the split and of the basis placement.
+        norm: ``"l2"`` (default: :math:`L^2(\mu_n)`, held-out check) or ``"rkhs"`` (the RKHS of
+            a :class:`~adaptive_fgd.representations.KernelCentres` family, exact check; the
+            default ``lr`` is then set by ``fit`` from the sample's kernel matrix; ``holdout``
+            and ``ridge`` are unused). The sample's ``n x n`` kernel matrix is kept.
 
     Example:
         >>> import torch
@@ -182,13 +197,23 @@ class AdaptiveFGD:
         ridge: float = 1e-8,
         on_cap: str = "raise",
         seed: int = 0,
+        norm: str = "l2",
     ) -> None:
         if not isinstance(family, FeatureFamily):
             raise ValueError(f"family must be a FeatureFamily, got {type(family).__name__}")
         self.loss = check_loss(loss)
         self.delta = check_delta(delta)
+        if norm not in ("l2", "rkhs"):
+            raise ValueError(f"norm must be 'l2' or 'rkhs', got {norm!r}")
+        if norm == "rkhs" and not isinstance(family, KernelCentres):
+            raise ValueError(
+                f"norm='rkhs' needs a KernelCentres family (its kernel defines the RKHS), got "
+                f"{type(family).__name__}"
+            )
+        self.norm = norm
+        self._lr_given = lr is not None
         if lr is None:
-            lr = step_size(smoothness(loss), self.delta)
+            lr = step_size(smoothness(loss), self.delta)  # rkhs: replaced in fit
         if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
             raise ValueError(f"lr must be finite and > 0, got {lr!r}")
         if isinstance(start_size, bool) or not isinstance(start_size, int) or start_size < 1:
@@ -240,6 +265,17 @@ class AdaptiveFGD:
         if self.loss == "logistic" and not bool((y.abs() <= 1).all()):
             top = float(y.abs().max())
             raise ValueError(f"the logistic loss takes labels in [-1, +1], got |y| up to {top}")
+        if self.loss == "softmax":
+            rows = y.sum(1)
+            if (
+                y.shape[1] < 2
+                or bool((y < 0).any())
+                or not torch.allclose(rows, torch.ones_like(rows), rtol=0, atol=1e-9 * y.shape[1])
+            ):
+                raise ValueError(
+                    "the softmax loss takes one probability vector per point (y of shape (n, k), "
+                    "k >= 2, entries >= 0, rows summing to 1; one-hot for hard labels)"
+                )
         n = x.shape[0]
         gen = torch.Generator().manual_seed(self.seed)
         perm = torch.randperm(n, generator=gen)
@@ -254,6 +290,13 @@ class AdaptiveFGD:
         self._next_size = self.start_size
         self._elapsed = 0.0
         self.history = []
+        if self.norm == "rkhs":
+            fam = self.family
+            assert isinstance(fam, KernelCentres)
+            self._gram = gaussian_kernel(x, x, fam.bandwidth)
+            self._op_bound = operator_bound(self._gram)
+            if not self._lr_given:
+                self.lr = step_size(smoothness(self.loss) * self._op_bound, self.delta)
         self._data = True
 
     def _phi_upto(self, m: int) -> torch.Tensor:
@@ -283,6 +326,8 @@ class AdaptiveFGD:
             raise RuntimeError("call fit(x, y, steps) first (it sets the sample)")
         t0 = time.perf_counter()
         g = l2_gradient(self.loss, self._f, self._y)
+        if self.norm == "rkhs":
+            return self._step_rkhs(g, t0)
         fi, ci = self._fit_idx, self._check_idx
         res = refine_until(
             self.family,
@@ -297,11 +342,35 @@ class AdaptiveFGD:
             generator=self._gen,
             adaptive=self.adaptive,
         )
+        ghat = self._phi_upto(res.size) @ res.coefficients
+        return self._finish(
+            res, ghat, t0, rel_full=relative_error(ghat, g), norm_sq=float((g**2).sum(1).mean())
+        )
+
+    def _step_rkhs(self, g: torch.Tensor, t0: float) -> StepRecord:
+        # gradient in H_k: alpha = g / n over the whole sample; its values K alpha on the sample
+        alpha = g / g.shape[0]
+        values = self._gram @ alpha
+        res = refine_rkhs(
+            self.family,  # type: ignore[arg-type]  (checked in __init__)
+            self._x,
+            self._phi_upto,
+            alpha,
+            values,
+            self.delta,
+            self._next_size,
+            growth=self.growth,
+            generator=self._gen,
+            adaptive=self.adaptive,
+        )
+        ghat = self._phi_upto(res.size) @ res.coefficients
+        return self._finish(res, ghat, t0, rel_full=res.rel_error, norm_sq=res.norm_sq)
+
+    def _finish(self, res, ghat: torch.Tensor, t0: float, *, rel_full: float, norm_sq: float):
         step_no = len(self.history)
         if self.adaptive and not res.met and self.on_cap == "raise":
             raise RepresentationCapError(res.rel_error, self.delta, res.size, step_no)
         m = res.size
-        ghat = self._phi_upto(m) @ res.coefficients
         self._f = self._f - self.lr * ghat
         if self.coefficients.shape[0] < self.family.size:
             pad = self.family.size - self.coefficients.shape[0]
@@ -322,8 +391,8 @@ class AdaptiveFGD:
             step=step_no,
             loss=loss,
             rel_error=res.rel_error,
-            rel_error_full=relative_error(ghat, g),
-            grad_norm_sq=float((g**2).sum(1).mean()),
+            rel_error_full=rel_full,
+            grad_norm_sq=norm_sq,
             size=m,
             lr=self.lr,
             seconds=self._elapsed,

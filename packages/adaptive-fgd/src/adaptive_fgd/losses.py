@@ -19,8 +19,9 @@ import torch
 
 __all__ = ["LOSSES", "check_loss", "loss_derivative", "loss_value", "smoothness"]
 
-#: the losses this module knows; ``logistic`` takes labels in [-1, +1] (see :func:`loss_value`).
-LOSSES = ("squared", "logistic")
+#: the losses this module knows; ``logistic`` takes labels in [-1, +1], ``softmax`` a probability
+#: vector per point (one-hot for hard labels; see :func:`loss_value`).
+LOSSES = ("squared", "logistic", "softmax")
 
 
 def check_loss(name: str) -> str:
@@ -39,7 +40,11 @@ def loss_value(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
       :math:`p = (1+y)/2`: :math:`p\log(1+e^{-u}) + (1-p)\log(1+e^{u})` (the population risk
       at a point whose conditional probability is :math:`p`; its minimiser
       :math:`\operatorname{logit} p` is finite for :math:`|y| < 1`). Both forms agree at
-      :math:`\pm1`; computed with softplus.
+      :math:`\pm1`; computed with softplus;
+    * ``softmax`` (multiclass, ``k`` outputs): entry :math:`j` is
+      :math:`-y_j\log\mathrm{softmax}(u)_j`, so the row sum is the cross-entropy
+      :math:`-\sum_j y_j\log p_j(u)` of the label distribution :math:`y` (a probability vector:
+      one-hot for a hard label). Per-entry terms keep "same shape as ``u``" for every loss.
 
     Args:
         name: one of :data:`LOSSES`.
@@ -52,6 +57,8 @@ def loss_value(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     check_loss(name)
     if name == "squared":
         return 0.5 * (u - y) ** 2
+    if name == "softmax":
+        return -y * torch.log_softmax(u, dim=-1)
     p = 0.5 * (1 + y)  # two softplus terms (not softplus(u) - p u) stay accurate for large |u|
     sp = torch.nn.functional.softplus
     return p * sp(-u) + (1 - p) * sp(u)
@@ -60,16 +67,26 @@ def loss_value(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def loss_derivative(name: str, u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     r""":math:`\partial_u \ell(u, y)`: ``u - y`` (squared), :math:`\sigma(u) - (1+y)/2` (logistic).
 
-    For ``y`` in {-1, +1} the logistic one is :math:`-y\,\sigma(-y u)`.
+    For ``y`` in {-1, +1} the logistic one is :math:`-y\,\sigma(-y u)`. Softmax: the gradient of
+    the row's cross-entropy, :math:`\mathrm{softmax}(u)\sum_j y_j - y` (:math:`= p - y` for a
+    probability vector :math:`y`).
     """
     check_loss(name)
     if name == "squared":
         return u - y
+    if name == "softmax":
+        return torch.softmax(u, dim=-1) * y.sum(-1, keepdim=True) - y
     p = 0.5 * (1 + y)  # p(-sigma(-u)) + (1-p)sigma(u): no cancellation in 1 - sigma(u)
     return (1 - p) * torch.sigmoid(u) - p * torch.sigmoid(-u)
 
 
 def smoothness(name: str) -> float:
-    r""":math:`\sup_u \partial_u^2 \ell(u, y)`: 1 for squared, 1/4 for logistic."""
+    r"""Largest curvature of :math:`\ell(\cdot, y)`: 1 (squared), 1/4 (logistic), 1/2 (softmax).
+
+    Softmax: the Hessian of a row's cross-entropy is :math:`\mathrm{diag}(p) - pp^\top`; for
+    unit :math:`v`, :math:`v^\top(\mathrm{diag}(p) - pp^\top)v = \mathrm{Var}_p(v) \le
+    \tfrac14(\max v - \min v)^2 \le \tfrac12` (Popoviciu, and :math:`(v_a - v_b)^2 \le 2`),
+    attained by two classes at :math:`p = (\tfrac12, \tfrac12)`.
+    """
     check_loss(name)
-    return 1.0 if name == "squared" else 0.25
+    return {"squared": 1.0, "logistic": 0.25, "softmax": 0.5}[name]
