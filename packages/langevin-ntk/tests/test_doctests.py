@@ -14,6 +14,7 @@ MODULES = [
     "kernels",
     "bounds",
     "deep_bounds",
+    "stability_radius",
     "step_bias",
 ]
 

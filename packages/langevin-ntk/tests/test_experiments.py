@@ -40,6 +40,26 @@ def test_ensemble_gradient_descent_equals_separate_sgd_runs():
         assert res.loss[i, -1].item() == pytest.approx(final, rel=1e-10)
 
 
+def test_deep_ensemble_gradient_descent_equals_separate_runs():
+    """T = 0: the stacked depth-3 ensemble follows each seed's own GD trajectory."""
+    from langevin_ntk.experiments._deep import train_deep
+    from langevin_ntk.ntk import mlp_ntk
+
+    x, y = make_data(5, 6, seed=2)
+    seeds = [5, 9]
+    res = train_deep(x, y, 12, 3, 0.0, seeds, t_max=0.05, records=4)
+    lr = res.time[-1] / res.steps
+    for i, s in enumerate(seeds):
+        net = MLP(6, 12, 3, "tanh", generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        for _ in range(res.steps):
+            opt.zero_grad()
+            (0.5 * (net(x) - y).pow(2).sum()).backward()
+            opt.step()
+        lam = float(torch.linalg.eigvalsh(mlp_ntk(net, x))[0])
+        assert res.lambda_min[i, -1].item() == pytest.approx(lam, rel=1e-9)
+
+
 def test_ensemble_forward_and_ntk_shapes():
     x, y = make_data(4, 3, seed=0)
     ens = TwoLayerEnsemble(3, 7, [0, 1, 2])
@@ -51,10 +71,16 @@ def test_ensemble_forward_and_ntk_shapes():
 def test_ntk_stability_runs_end_to_end_on_tiny_sizes(tmp_path, monkeypatch):
     monkeypatch.setattr(ntk_stability, "_sizes", lambda ctx: ([8, 32], [0.0, 0.1], 2))
     monkeypatch.setattr(ntk_stability, "T_MAX", 0.2)
+    monkeypatch.setattr(ntk_stability, "DEEP_T_MAX", 0.02)
+    monkeypatch.setattr(ntk_stability, "_deep_sizes", lambda ctx: ([64], 2, [16], [0.0, 0.1], 2))
     assert ntk_stability.main(["--quick", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "result.json").read_text())
     assert res["paper"] == "P15" and isinstance(res["holds"], bool)
-    assert len(res["table"]) == 4
+    assert len(res["table"]) == 4 + 1 + 2
+    deep = [r for r in res["table"] if r.get("depth") == 3]
+    assert deep[0]["kappa_unconditional"] == 0.0  # width 64 is far too narrow: vacuous
+    assert res["metrics"]["R5_deep_init_bound"] is False  # and R5 says so
+    assert all(r["inside_min_ratio"] >= 0.5 for r in deep[1:])
     assert all((tmp_path / p).is_file() for p in res["plots"])
     assert _common.make_data(3, 2, 0)[0].shape == (3, 2)
 

@@ -5,7 +5,8 @@ Layers: :mod:`.langevin` (the discretised SDE step, Gibbs law, quadratic closed 
 stationary step-size bias); :mod:`.models` (MLPs) -> :mod:`.ntk` (empirical NTK, Lanczos,
 stability measures), :mod:`.layerwise` (NTK by per-layer contraction) and :mod:`.kernels`
 (infinite-width kernels) -> :mod:`.bounds` (lambda_min bounds and width/temperature
-conditions) -> :mod:`.deep_bounds` (the init bound at any depth) -> ``experiments``.
+conditions) -> :mod:`.deep_bounds` (the init and stability bounds at any depth) ->
+:mod:`.stability_radius` (the radius that keeps half of lambda_min) -> ``experiments``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
