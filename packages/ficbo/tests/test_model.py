@@ -171,3 +171,25 @@ def test_shipped_checkpoints_load_and_are_deterministic():
     assert torch.equal(two(*inp2)[0], pretrained("quick-ficbo-2src")(*inp2)[0])
     with pytest.raises(ValueError, match="unknown checkpoint"):
         pretrained("default")
+
+
+@pytest.mark.parametrize(
+    ("name", "n_sources"),
+    [
+        ("default-ficbo", 1),
+        ("default-history-only", 0),
+        ("default-ficbo-2src", 2),
+        ("long-history-only", 0),
+    ],
+)
+def test_larger_checkpoints_load_and_are_deterministic(name, n_sources):
+    from ficbo.model import SHIPPED, pretrained
+
+    model = pretrained(name, device="cpu")
+    assert name in SHIPPED and not model.training
+    assert model.config.n_sources == n_sources and model.config.max_dim == 2
+    assert model.config.d_model == 64 and model.config.head == "gaussian"
+    inp = _inputs(s=n_sources)
+    a, b = model(*inp), pretrained(name)(*inp)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.isfinite(a[0]).all() and (a[1] > 0).all()

@@ -1,6 +1,7 @@
 """Feedback-informed in-context black-box optimisation with a pretrained transformer.
 
-Layers: :mod:`ficbo.prior` (the structured feedback prior, pure functions) ->
+Layers: :mod:`ficbo.prior` (the structured feedback prior, pure functions) and
+:mod:`ficbo.devices` (the checked device choice) ->
 :mod:`ficbo.heads` (predictive distributions) -> :mod:`ficbo.model` (the transformer,
 pretraining, checkpoints) -> :mod:`ficbo.optimize`
 (acquisitions, policies, the loop :func:`run`) -> :mod:`ficbo.experiments`.
@@ -8,6 +9,7 @@ pretraining, checkpoints) -> :mod:`ficbo.optimize`
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .devices import resolve_device
 from .model import FICBOModel, ModelConfig, feedback_sensitivity, load, pretrain, pretrained, save
 from .optimize import (
     RunResult,
@@ -42,6 +44,7 @@ __all__ = [
     "pretrain",
     "pretrained",
     "random_policy",
+    "resolve_device",
     "run",
     "sample_tasks",
     "save",

@@ -59,8 +59,9 @@ class GaussianPredictive:
     def __init__(self, mean: torch.Tensor, std: torch.Tensor):
         self.mean, self.std = mean, std
 
-    def to(self, dtype: torch.dtype) -> GaussianPredictive:
-        return GaussianPredictive(self.mean.to(dtype), self.std.to(dtype))
+    def to(self, *args, **kwargs) -> GaussianPredictive:
+        """Cast and/or move, with :meth:`torch.Tensor.to`'s arguments (a dtype, a device)."""
+        return GaussianPredictive(self.mean.to(*args, **kwargs), self.std.to(*args, **kwargs))
 
     def nll(self, y: torch.Tensor) -> torch.Tensor:
         """Mean negative log-likelihood of ``y`` (same shape as ``mean``)."""
@@ -90,8 +91,10 @@ class BarPredictive:
         self.width = self.borders[1:] - self.borders[:-1]
         self.centre = 0.5 * (self.borders[1:] + self.borders[:-1])
 
-    def to(self, dtype: torch.dtype) -> BarPredictive:
-        return BarPredictive(self.logits.to(dtype), self.borders)
+    def to(self, *args, **kwargs) -> BarPredictive:
+        """Cast and/or move, with :meth:`torch.Tensor.to`'s arguments (a dtype, a device)."""
+        logits = self.logits.to(*args, **kwargs)
+        return BarPredictive(logits, self.borders.to(logits.device))
 
     @property
     def mean(self) -> torch.Tensor:

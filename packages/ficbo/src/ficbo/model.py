@@ -27,6 +27,7 @@ from importlib import resources
 import torch
 from torch import nn
 
+from .devices import model_device, resolve_device
 from .heads import BarPredictive, GaussianPredictive, bar_borders
 from .prior import sample_training_batch
 
@@ -35,6 +36,10 @@ SHIPPED = {
     "quick-ficbo": "quick_ficbo.pt",
     "quick-history-only": "quick_history_only.pt",
     "quick-ficbo-2src": "quick_ficbo_2src.pt",
+    "default-ficbo": "default_ficbo.pt",
+    "default-history-only": "default_history_only.pt",
+    "default-ficbo-2src": "default_ficbo_2src.pt",
+    "long-history-only": "long_history_only.pt",
 }
 
 __all__ = [
@@ -108,10 +113,10 @@ def encode_tokens(
         raise ValueError(f"{fb.shape[1]} feedback sources given, model takes at most {n_sources}")
     if y is not None and tuple(y.shape) != (b, n):
         raise ValueError(f"y must be (B={b}, N={n}), got shape {tuple(y.shape)}")
-    dt = torch.float32
+    dt, dev = torch.float32, x.device
     parts = [torch.nn.functional.pad(x.to(dt), (0, max_dim - d))]
     if y is None:
-        parts += [torch.zeros(b, n, 2, dtype=dt)]
+        parts += [torch.zeros(b, n, 2, dtype=dt, device=dev)]
     else:
         if torch.isnan(y).any():
             raise ValueError("history objective values contain NaN")
@@ -122,7 +127,7 @@ def encode_tokens(
             ok = ~torch.isnan(v)
             parts += [torch.where(ok, v, torch.zeros_like(v))[..., None], ok.to(dt)[..., None]]
         else:
-            parts += [torch.zeros(b, n, 2, dtype=dt)]
+            parts += [torch.zeros(b, n, 2, dtype=dt, device=dev)]
     return torch.cat(parts, -1)
 
 
@@ -140,8 +145,9 @@ class FICBOModel(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
         n_out = 2 if c.head == "gaussian" else c.n_bars
         self.head = nn.Sequential(nn.LayerNorm(c.d_model), nn.Linear(c.d_model, n_out))
-        # fixed by n_bars (not a parameter, not in the state_dict)
-        self.borders = bar_borders(c.n_bars).float() if c.head == "bar" else None
+        # fixed by n_bars: a buffer so that ``.to(device)`` moves it, but not in the state_dict
+        borders = bar_borders(c.n_bars).float() if c.head == "bar" else None
+        self.register_buffer("borders", borders, persistent=False)
 
     def forward(
         self,
@@ -168,7 +174,11 @@ class FICBOModel(nn.Module):
         x_cand: torch.Tensor,
         fb_cand: torch.Tensor,
     ) -> GaussianPredictive | BarPredictive:
-        """The predictive distribution per candidate (:mod:`ficbo.heads`); same inputs."""
+        """The predictive distribution per candidate (:mod:`ficbo.heads`); same inputs.
+
+        The inputs may live on any device: the tokens are built where they are and moved to
+        the model's device, and the distribution comes back on the model's device.
+        """
         c = self.config
         if x_hist.shape[1] < 1:
             raise ValueError("the history must hold at least one point")
@@ -179,8 +189,10 @@ class FICBOModel(nn.Module):
             )
         th = encode_tokens(x_hist, y_hist, fb_hist, max_dim=c.max_dim, n_sources=c.n_sources)
         tc = encode_tokens(x_cand, None, fb_cand, max_dim=c.max_dim, n_sources=c.n_sources)
+        dev = model_device(self)
+        th, tc = th.to(dev), tc.to(dev)
         h, n = th.shape[1], th.shape[1] + tc.shape[1]
-        mask = torch.ones(n, n, dtype=torch.bool)  # True = may NOT attend
+        mask = torch.ones(n, n, dtype=torch.bool, device=th.device)  # True = may NOT attend
         mask[:, :h] = False
         z = self.encoder(self.embed(torch.cat([th, tc], 1)), mask=mask)
         out = self.head(z[:, h:])
@@ -208,11 +220,11 @@ def feedback_sensitivity(
     out of the average; a source with no scored candidate gives ``NaN``.
 
     Returns:
-        ``(B, S)``.
+        ``(B, S)``, on the device of ``fb_cand`` (the model may sit elsewhere).
     """
     fb = fb_cand.detach().clone().float().requires_grad_(True)
     mean, _ = model(x_hist, y_hist, fb_hist, x_cand, fb)
-    (grad,) = torch.autograd.grad(mean.sum(), fb)
+    (grad,) = torch.autograd.grad(mean.sum(), fb)  # flows back through the move to the model
     ok = ~torch.isnan(fb_cand)
     n = ok.sum(-1)
     total = torch.where(ok, grad, torch.zeros_like(grad)).sum(-1)
@@ -235,6 +247,7 @@ def pretrain(
     source_dropout: float = 0.2,
     n_features: int = 64,
     callback=None,
+    device: str | torch.device | None = None,
 ) -> tuple[FICBOModel, dict[str, float]]:
     """Pretrain a model on fresh prior draws (Adam, cosine learning rate).
 
@@ -245,16 +258,23 @@ def pretrain(
     removed (all ``NaN``) with that probability. ``n_features`` random features per latent
     function. A model with ``n_sources = 0`` is the history-only (PFN-style) optimiser.
 
+    ``device`` (default CPU; :func:`ficbo.devices.resolve_device`) holds the model, the
+    optimiser state and each batch. The weights are initialised on the CPU and the prior is
+    sampled on the CPU by the seeded generator, so the initial weights and every batch are the
+    same on every device; only the arithmetic's rounding differs.
+
     Returns:
         The model (eval mode) and ``{"seconds", "tasks_per_second", "final_loss"}``
         (``final_loss``: mean NLL over the last 10% of steps).
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps!r}")
+    dev = resolve_device(device)
     g = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):  # seeded initialisation, global RNG untouched
         torch.manual_seed(seed)
         model = FICBOModel(config)
+    model.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses: list[float] = []
@@ -280,6 +300,7 @@ def pretrain(
             keep = torch.rand(batch_size, n_src, 1, generator=g) >= source_dropout
             for key in ("fb_hist", "fb_cand"):
                 batch[key] = torch.where(keep, batch[key], torch.full_like(batch[key], math.nan))
+        batch = {key: v.to(dev, non_blocking=True) for key, v in batch.items()}
         pred = model.predict(
             batch["x_hist"], batch["y_hist"], batch["fb_hist"], batch["x_cand"], batch["fb_cand"]
         )
@@ -304,28 +325,38 @@ def pretrain(
 
 
 def save(model: FICBOModel, path: str | os.PathLike[str]) -> None:
-    """Write ``{"config", "state_dict"}`` with :func:`torch.save`."""
-    torch.save({"config": asdict(model.config), "state_dict": model.state_dict()}, path)
+    """Write ``{"config", "state_dict"}`` with :func:`torch.save`; CPU tensors, so a model
+    trained on a GPU loads on a machine without one."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save({"config": asdict(model.config), "state_dict": state}, path)
 
 
-def pretrained(name: str = "quick-ficbo") -> FICBOModel:
+def pretrained(
+    name: str = "quick-ficbo", *, device: str | torch.device | None = None
+) -> FICBOModel:
     """A checkpoint shipped with the package (eval mode).
 
     ``"quick-ficbo"`` and ``"quick-history-only"`` are the two models of
     ``python -m ficbo.experiments.synthetic --quick --seed 0`` (d <= 2, at most one source);
     ``"quick-ficbo-2src"`` is the two-source model of
-    ``python -m ficbo.experiments.multisource --quick --seed 0`` (d <= 2).
+    ``python -m ficbo.experiments.multisource --quick --seed 0`` (d <= 2). The ``"default-*"``
+    models are the same three at the default size (1500 steps x 64 tasks, d_model 64; from
+    the runs without ``--quick``). ``"long-history-only"``: the history-only model pretrained
+    for 4000 steps x 64 tasks (``scripts/history_only_budget.py``), level with GP-EI in d = 2.
+    ``device``: where to put it (:func:`load`).
     """
     if name not in SHIPPED:
         raise ValueError(f"unknown checkpoint {name!r}; shipped: {sorted(SHIPPED)}")
     ref = resources.files("ficbo") / "checkpoints" / SHIPPED[name]
     with resources.as_file(ref) as path:
-        return load(path)
+        return load(path, device=device)
 
 
-def load(path: str | os.PathLike[str]) -> FICBOModel:
-    """Read a checkpoint written by :func:`save` (weights only; eval mode)."""
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    model = FICBOModel(ModelConfig(**blob["config"]))
+def load(path: str | os.PathLike[str], *, device: str | torch.device | None = None) -> FICBOModel:
+    """Read a checkpoint written by :func:`save` (weights only; eval mode) onto ``device``
+    (default CPU; :func:`ficbo.devices.resolve_device`)."""
+    dev = resolve_device(device)
+    blob = torch.load(path, map_location=dev, weights_only=True)
+    model = FICBOModel(ModelConfig(**blob["config"])).to(dev)
     model.load_state_dict(blob["state_dict"])
     return model.eval()

@@ -155,7 +155,8 @@ def model_policy(
         x_h = torch.gather(state.x_pool, 1, idx[..., None].expand(-1, -1, state.x_pool.shape[2]))
         fb_h = torch.gather(fb, 2, idx[:, None, :].expand(-1, fb.shape[1], -1))
         with torch.no_grad():
-            pred = model.predict(x_h, y_hist, fb_h, state.x_pool, fb).to(torch.float64)
+            # back to the CPU: the acquisition and its seeded draws run where the loop runs
+            pred = model.predict(x_h, y_hist, fb_h, state.x_pool, fb).to("cpu", torch.float64)
         if acquisition == "ei":
             score = pred.ei(y_hist.max(-1, keepdim=True).values)
         else:  # Thompson: independent draws from the marginals

@@ -21,11 +21,13 @@ import time
 
 import torch
 
-from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress, run_experiment
+from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress
 
+from ..devices import resolve_device
 from ..model import ModelConfig, feedback_sensitivity, pretrain, save
 from ..optimize import blind_feedback_policy, model_policy, random_policy, run
 from ..prior import evaluate, sample_tasks, standardize_feedback
+from ._cli import main_with_device
 from .synthetic import DIM, NOISE, paired_interval, sizes
 
 #: Quick-mode wall seconds of the whole process on the shared 2-core CPU (measured).
@@ -35,7 +37,7 @@ RHO_A, RHO_B = 0.9, 0.0
 METHODS = ("ficbo", "random", "trust-blindly")
 
 
-def run_all(ctx: RunContext) -> ExperimentResult:
+def run_all(ctx: RunContext, device: str | torch.device | None = None) -> ExperimentResult:
     t0 = time.perf_counter()
     sz = sizes(ctx.quick)
     cfg = ModelConfig(max_dim=DIM, n_sources=2, d_model=sz["d_model"], d_ff=2 * sz["d_model"])
@@ -48,6 +50,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         lr=2e-3,
         seed=ctx.seed,
         callback=lambda *_: bar.update(1),
+        device=device,
     )
     bar.close()
     save(model, ctx.path("ficbo-2src.pt"))  # quick, seed 0: ficbo.pretrained("quick-ficbo-2src")
@@ -90,6 +93,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         "trust_A_minus_B": list(d_trust),
         "pretrain/tasks_per_second": stats["tasks_per_second"],
         "wall_seconds": time.perf_counter() - t0,
+        "device": str(resolve_device(device)),
     }
     t_axis = list(range(q.shape[1]))
     line_plot(
@@ -129,7 +133,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
 
 
 def main(argv=None) -> int:
-    return run_experiment(run_all, name="ficbo.multisource", description=__doc__, argv=argv)
+    return main_with_device(run_all, name="ficbo.multisource", description=__doc__, argv=argv)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ Feedback, known for every grid point before the first query: **lowfi**, the vali
 of a fit on 10% of the training data, and **heuristic**, that small fit's in-sample training
 score (deliberately biased: it rewards capacity, which the validation score punishes).
 
-Methods (the shipped quick checkpoints, no retraining; the model-based ones see the history's
-objective values standardized by their own mean and std, since the models were pretrained on
-unit-variance objectives): **FICBO** (``quick-ficbo-2src``, both sources), **FICBO-lowfi**
-(``quick-ficbo``, the low-fidelity source only), **history-only** (``quick-history-only``),
+Methods (shipped checkpoints, no retraining: the ``quick-*`` ones in quick mode, the
+``default-*`` ones, pretrained at the default size of ``synthetic`` and ``multisource``,
+otherwise; the model-based ones see the history's objective values standardized by their own
+mean and std, since the models were pretrained on unit-variance objectives): **FICBO**
+(``*-ficbo-2src``, both sources), **FICBO-lowfi** (``*-ficbo``, the low-fidelity source
+only), **history-only** (``*-history-only``),
 random search, "trust blindly" in each source (its argmax first); outside quick mode also
 BoTorch GP-EI and GP-TS (feedback ignored) and a GP with both sources as extra inputs
 (:mod:`ficbo.baselines`). Each method starts from the same random grid point and makes ``T``
@@ -34,12 +36,14 @@ import time
 
 import torch
 
-from shared_core.experiment import ExperimentResult, RunContext, line_plot, run_experiment
+from shared_core.experiment import ExperimentResult, RunContext, line_plot
 
+from ..devices import resolve_device
 from ..model import feedback_sensitivity, pretrained
 from ..optimize import blind_feedback_policy, model_policy, random_policy, run
 from ..prior import standardize_feedback
 from ..surfaces import SOURCES, load_surfaces
+from ._cli import main_with_device
 from .synthetic import paired_interval
 
 #: Quick-mode wall seconds of the whole process on the shared 2-core CPU, measured: 15.3 s
@@ -84,7 +88,7 @@ def normalized_regret(best: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return (hi - best) / (hi - lo)
 
 
-def run_all(ctx: RunContext) -> ExperimentResult:
+def run_all(ctx: RunContext, device: str | torch.device | None = None) -> ExperimentResult:
     t0 = time.perf_counter()
     sz = sizes(ctx.quick)
     surf = load_surfaces()
@@ -94,11 +98,14 @@ def run_all(ctx: RunContext) -> ExperimentResult:
     f = surf.objective.repeat_interleave(r, 0)
     fb = surf.feedback.repeat_interleave(r, 0)
     lowfi, heur = fb[:, :1], fb[:, 1:]
-    fic2 = pretrained("quick-ficbo-2src")
+    size = "quick" if ctx.quick else "default"
+    fic2 = pretrained(f"{size}-ficbo-2src", device=device)
+    fic1 = pretrained(f"{size}-ficbo", device=device)
+    hist_only = pretrained(f"{size}-history-only", device=device)
     plan = {
         "ficbo": (model_policy(fic2, standardize=True), fb),
-        "ficbo-lowfi": (model_policy(pretrained("quick-ficbo"), standardize=True), lowfi),
-        "history-only": (model_policy(pretrained("quick-history-only"), standardize=True), fb),
+        "ficbo-lowfi": (model_policy(fic1, standardize=True), lowfi),
+        "history-only": (model_policy(hist_only, standardize=True), fb),
         "random": (random_policy, fb),
         "trust-lowfi": (blind_feedback_policy, lowfi),
         "trust-heuristic": (blind_feedback_policy, heur),
@@ -150,6 +157,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         "trust_lowfi": float(trust[:, 0].mean()),
         "trust_heuristic": float(trust[:, 1].mean()),
         "wall_seconds": time.perf_counter() - t0,
+        "device": str(resolve_device(device)),
     }
     t_axis = list(range(sz["iters"] + 1))
     line_plot(
@@ -199,7 +207,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
 
 
 def main(argv=None) -> int:
-    return run_experiment(run_all, name="ficbo.real", description=__doc__, argv=argv)
+    return main_with_device(run_all, name="ficbo.real", description=__doc__, argv=argv)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,13 @@ import time
 
 import torch
 
-from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress, run_experiment
+from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress
 
+from ..devices import resolve_device
 from ..model import feedback_sensitivity, pretrained
 from ..optimize import model_policy, run
 from ..prior import evaluate, sample_tasks, standardize_feedback
+from ._cli import main_with_device
 
 #: Quick-mode wall seconds of the whole process on the shared 2-core CPU (measured).
 QUICK_SECONDS = 12
@@ -60,10 +62,10 @@ def bootstrap_spearman(
     return lo, hi
 
 
-def run_all(ctx: RunContext) -> ExperimentResult:
+def run_all(ctx: RunContext, device: str | torch.device | None = None) -> ExperimentResult:
     t0 = time.perf_counter()
     n_tasks = 128 if ctx.quick else 512
-    model = pretrained("quick-ficbo")
+    model = pretrained("quick-ficbo", device=device)
     g = torch.Generator().manual_seed(20_000 + ctx.seed)
     tasks = sample_tasks(n_tasks, DIM, 1, generator=g, noise=NOISE, access=1.0)
     x = torch.rand(n_tasks, POOL, DIM, generator=g, dtype=torch.float64)
@@ -98,6 +100,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
     )
     metrics["final_mean_simple_regret"] = float(res.simple_regret[:, -1].mean())
     metrics["wall_seconds"] = time.perf_counter() - t0
+    metrics["device"] = str(resolve_device(device))
     lines = ["| history k | Spearman | 95% CI |", "|---|---|---|"]
     lines += [
         f"| {r['history']} | {r['spearman']:.3f} | [{r['ci_lo']:.3f}, {r['ci_hi']:.3f}] |"
@@ -123,7 +126,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
 
 
 def main(argv=None) -> int:
-    return run_experiment(run_all, name="ficbo.reliability", description=__doc__, argv=argv)
+    return main_with_device(run_all, name="ficbo.reliability", description=__doc__, argv=argv)
 
 
 if __name__ == "__main__":

@@ -29,11 +29,13 @@ import time
 
 import torch
 
-from shared_core.experiment import ExperimentResult, RunContext, progress, run_experiment
+from shared_core.experiment import ExperimentResult, RunContext, progress
 
+from ..devices import resolve_device
 from ..model import ModelConfig, feedback_sensitivity, pretrain
 from ..optimize import blind_feedback_policy, model_policy, random_policy, run
 from ..prior import evaluate, sample_tasks, standardize_feedback
+from ._cli import main_with_device
 from .synthetic import NOISE, paired_interval, sizes
 
 #: Quick-mode wall seconds of the whole process on the shared 2-core CPU, measured: 77 s
@@ -64,7 +66,7 @@ def make_tasks(setting: str, n: int, points: int, g: torch.Generator):
     return x, f, fb, perm.argmin(-1)  # slot of source 0
 
 
-def run_all(ctx: RunContext) -> ExperimentResult:
+def run_all(ctx: RunContext, device: str | torch.device | None = None) -> ExperimentResult:
     t0 = time.perf_counter()
     sz = sizes(ctx.quick)
     cfg = ModelConfig(
@@ -79,6 +81,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         lr=2e-3,
         seed=ctx.seed,
         callback=lambda *_: bar.update(1),
+        device=device,
     )
     bar.close()
     policies = {
@@ -119,6 +122,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         metrics[f"{setting}/trust_good_minus_rest"] = row["trust good - rest"]
     holds = bool(all(verdicts))
     metrics["wall_seconds"] = time.perf_counter() - t0
+    metrics["device"] = str(resolve_device(device))
     lines = [
         f"- {r['setting']} (d = {r['d']}, {r['sources']} source(s)): FICBO {r['ficbo']:.3f}, "
         f"random {r['random']:.3f}, trust-blindly {r['trust-blindly']:.3f}; FICBO - random "
@@ -155,7 +159,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
 
 
 def main(argv=None) -> int:
-    return run_experiment(run_all, name="ficbo.scaling", description=__doc__, argv=argv)
+    return main_with_device(run_all, name="ficbo.scaling", description=__doc__, argv=argv)
 
 
 if __name__ == "__main__":

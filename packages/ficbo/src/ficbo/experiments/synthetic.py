@@ -14,7 +14,7 @@ averaged over tasks, with paired bootstrap 95% intervals of differences between 
 Baselines: history-only, random search, and "trust the feedback blindly" (argmax of the
 feedback among unqueried points); outside quick mode also BoTorch GP-EI and GP-TS (feedback
 ignored) and a GP with the feedback as an extra input (:mod:`ficbo.baselines`), reported beside
-the verdict, not part of it.
+the verdict with paired intervals of (FICBO - GP), not part of it.
 
 Rule, fixed before the run. The claim holds iff
 (i) at :math:`\rho = 0.9` the paired interval of (FICBO - history-only) and of (FICBO - random)
@@ -35,11 +35,13 @@ import time
 
 import torch
 
-from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress, run_experiment
+from shared_core.experiment import ExperimentResult, RunContext, line_plot, progress
 
+from ..devices import resolve_device
 from ..model import ModelConfig, feedback_sensitivity, pretrain, save
 from ..optimize import blind_feedback_policy, model_policy, random_policy, run
 from ..prior import evaluate, sample_tasks, standardize_feedback
+from ._cli import main_with_device
 
 #: Quick-mode wall seconds of the whole process on the shared 2-core CPU, measured: 25.7 s
 #: (19.1 s in run()) at load average ~6; 39.5 s at load ~11. Repro plans with it.
@@ -97,7 +99,7 @@ def run_setting(
     return {name: r.simple_regret for name, r in results.items()}, sens
 
 
-def run_all(ctx: RunContext) -> ExperimentResult:
+def run_all(ctx: RunContext, device: str | torch.device | None = None) -> ExperimentResult:
     t_start = time.perf_counter()
     sz = sizes(ctx.quick)
     common = {"max_dim": DIM, "d_model": sz["d_model"], "d_ff": 2 * sz["d_model"]}
@@ -112,6 +114,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
             lr=2e-3,
             seed=ctx.seed,
             callback=lambda *_, bar=bar: bar.update(1),
+            device=device,
         )
         bar.close()
         save(models[name], ctx.path(f"{name}.pt"))
@@ -147,6 +150,9 @@ def run_all(ctx: RunContext) -> ExperimentResult:
             mean, lo, hi = paired_interval(diff, seed=ctx.seed)
             row[f"ficbo-{other} [95% CI]"] = f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
             metrics[f"{setting}/ficbo_minus_{other}"] = [mean, lo, hi]
+        for other in methods[len(METHODS) :]:  # GP baselines: reported, not judged
+            diff = by_method["ficbo"][:, -1] - by_method[other][:, -1]
+            metrics[f"{setting}/ficbo_minus_{other}"] = list(paired_interval(diff, seed=ctx.seed))
         table.append(row)
         t_axis = list(range(by_method["ficbo"].shape[1]))
         series = {m: (t_axis, by_method[m].mean(0).tolist()) for m in methods}
@@ -173,6 +179,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         metrics[f"pretrain/{name}/tasks_per_second"] = stats[name]["tasks_per_second"]
         metrics[f"pretrain/{name}/final_nll"] = stats[name]["final_loss"]
     metrics["wall_seconds"] = time.perf_counter() - t_start
+    metrics["device"] = str(resolve_device(device))
     head = "| setting | rho | " + " | ".join(methods) + " | FICBO - history-only | FICBO - random |"
     head += " FICBO trust |"
     lines = [head, "|" + "---|" * (len(methods) + 5)]
@@ -187,6 +194,15 @@ def run_all(ctx: RunContext) -> ExperimentResult:
         f"{sz['tasks']} tasks per setting, pool of {sz['points']} points in d={DIM}; "
         f"pretraining {sz['steps']} steps x {sz['batch']} tasks per model.\n\n" + "\n".join(lines)
     )
+    gp_lines = [
+        f"FICBO - {m} at {st}: {v[0]:+.3f} [{v[1]:+.3f}, {v[2]:+.3f}]"
+        for st in SETTINGS
+        for m in methods[len(METHODS) :]
+        for v in [metrics[f"{st}/ficbo_minus_{m}"]]
+    ]
+    if gp_lines:
+        summary += "\n\nPaired 95% intervals against the GP baselines (not judged):\n\n"
+        summary += "\n".join(f"- {line}" for line in gp_lines)
     m_inf = metrics["informative/ficbo_minus_history-only"][0]
     m_unf = metrics["uninformative/ficbo_minus_history-only"][0]
     m_adv = metrics["adversarial/ficbo_minus_history-only"][0]
@@ -213,7 +229,7 @@ def run_all(ctx: RunContext) -> ExperimentResult:
 
 
 def main(argv=None) -> int:
-    return run_experiment(run_all, name="ficbo.synthetic", description=__doc__, argv=argv)
+    return main_with_device(run_all, name="ficbo.synthetic", description=__doc__, argv=argv)
 
 
 if __name__ == "__main__":
