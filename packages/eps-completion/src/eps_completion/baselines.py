@@ -18,6 +18,7 @@ r"""Baselines on the **plain** completion problem (no perturbation).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -123,6 +124,7 @@ def soft_impute(
     max_iter: int = 200,
     tol: float = 1e-9,
     svd: str = "auto",
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> SolveResult:
     """Soft-impute along ``n_lambdas`` geometric λ values from σ_1(P_Ω B) down to ``lam``.
 
@@ -133,6 +135,8 @@ def soft_impute(
     O(|Ω| q + (m+n) q²) time and O((m+n) q + |Ω|) memory per iteration, q = ``max_rank``;
     ``"dense"`` forms the m x n iterate; ``"auto"`` is sparse when ``max_rank`` is given and
     mn > 10⁶ (below that, dense SVDs are cheap).
+    ``callback(it, L, R)``, if given, sees the iterate ``X = L R^T`` after every iteration
+    (``it`` counts all iterations): a benchmark records accuracy against time with it.
     """
     _check_iter(max_iter, tol)
     if svd not in ("auto", "dense", "sparse"):
@@ -141,7 +145,9 @@ def soft_impute(
     if svd == "sparse" and max_rank is None:
         raise ValueError("svd='sparse' needs max_rank (the rank of the factored iterate)")
     if svd == "sparse" or (svd == "auto" and max_rank is not None and m * n > 10**6):
-        return _soft_impute_factored(obs, lam, _check_k(max_rank, obs), n_lambdas, max_iter, tol)
+        return _soft_impute_factored(
+            obs, lam, _check_k(max_rank, obs), n_lambdas, max_iter, tol, callback
+        )
     b_dense = obs.dense_values()
     mask = obs.dense_mask()
     sigma1 = float(torch.linalg.matrix_norm(b_dense, ord=2))
@@ -163,6 +169,8 @@ def soft_impute(
             change = float((x_new - x).norm()) / max(float(x.norm()), 1e-300)
             x = x_new
             history.append(0.5 * float((x[obs.rows, obs.cols] - obs.values).pow(2).sum()))
+            if callback is not None:
+                callback(total, u * s, v)
             if change <= tol:
                 break
     keep = s > 0
@@ -177,7 +185,13 @@ def _lowrank_dist(a: tuple[Tensor, Tensor, Tensor], b: tuple[Tensor, Tensor, Ten
 
 
 def _soft_impute_factored(
-    obs: Observations, lam: float | None, q: int, n_lambdas: int, max_iter: int, tol: float
+    obs: Observations,
+    lam: float | None,
+    q: int,
+    n_lambdas: int,
+    max_iter: int,
+    tol: float,
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> SolveResult:
     """:func:`soft_impute` with the iterate kept as rank-q factors (never m x n)."""
     m, n = obs.shape
@@ -209,6 +223,8 @@ def _soft_impute_factored(
             point = new
             u, s, v = point
             history.append(0.5 * float((((u * s)[rows] * v[cols]).sum(1) - vals).pow(2).sum()))
+            if callback is not None:
+                callback(total, u * s, v)
             if change <= tol:
                 break
     u, s, v = point

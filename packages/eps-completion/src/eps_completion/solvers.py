@@ -22,17 +22,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from shared_core.manifolds import FixedRankEmbedded, SVDPoint, SVDTangent
 
+from .fused_bm import fused_bm_gd
+from .fused_rgd import RgdProducts
+from .linesearch import quartic_argmin
 from .objective import entries, line_quartic, quadratic_form, sparse_times, value_and_grad
 from .problem import Observations, check_eps
 
-__all__ = ["SolveResult", "bm_gd", "rgd", "scale_estimate", "spectral_init"]
+__all__ = ["SolveResult", "bm_gd", "quartic_argmin", "rgd", "scale_estimate", "spectral_init"]
+
+#: ``bm_gd`` backends: the fused NumPy/SciPy loop (CPU) and the reference torch loop.
+BACKENDS = ("auto", "fused", "torch")
 
 
 @dataclass
@@ -83,6 +89,7 @@ def bm_gd(
     max_iter: int = 20000,
     gtol: float = 1e-10,
     generator: torch.Generator | None = None,
+    backend: str = "auto",
 ) -> SolveResult:
     """Burer–Monteiro gradient descent with exact line search on the ε-surrogate.
 
@@ -96,6 +103,11 @@ def bm_gd(
         max_iter: iteration cap.
         gtol: stop when :math:`\\|\\nabla f\\|_F \\le` gtol · s^{3/2}, s = :func:`scale_estimate`.
         generator: random source for the start.
+        backend: ``"fused"``: :mod:`eps_completion.fused_bm`, one fused NumPy/SciPy pass per
+            iteration (CPU tensors only); ``"torch"``: the reference loop built from
+            :func:`~eps_completion.objective.value_and_grad` and
+            :func:`~eps_completion.objective.line_quartic` (any device); ``"auto"``: fused
+            on CPU, torch elsewhere. Both take the same steps up to rounding.
 
     Returns:
         :class:`SolveResult` (``history``: the objective every iteration).
@@ -105,6 +117,8 @@ def bm_gd(
     _check_iter(max_iter, gtol)
     if not (isinstance(init_scale, int | float) and init_scale > 0):
         raise ValueError(f"init_scale must be positive, got {init_scale!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     m, n = obs.shape
     dtype = obs.values.dtype
     s = scale_estimate(obs)
@@ -115,8 +129,15 @@ def bm_gd(
         L, R = (t.detach().to(dtype).clone() for t in init)
         if L.shape != (m, k) or R.shape != (n, k):
             raise ValueError(f"init factors must be {(m, k)} and {(n, k)}")
-    f, gl, gr = value_and_grad(L, R, obs, e, xi)
     stop = gtol * s**1.5
+    on_cpu = obs.values.device.type == "cpu" and (xi is None or xi.device.type == "cpu")
+    if backend == "fused" and not on_cpu:
+        raise ValueError("backend='fused' needs CPU tensors")
+    if backend == "fused" or (backend == "auto" and on_cpu):
+        xi_np = None if xi is None else xi.detach().numpy()
+        lf, rf, n_it, conv, hist = fused_bm_gd(obs, e, xi_np, L.numpy(), R.numpy(), max_iter, stop)
+        return SolveResult(torch.from_numpy(lf), torch.from_numpy(rf), n_it, conv, hist)
+    f, gl, gr = value_and_grad(L, R, obs, e, xi)
     history = [float(f)]
     for it in range(1, max_iter + 1):
         g2 = float(gl.pow(2).sum() + gr.pow(2).sum())
@@ -130,23 +151,6 @@ def bm_gd(
         history.append(float(f))
     g = math.sqrt(float(gl.pow(2).sum() + gr.pow(2).sum()))
     return SolveResult(L, R, max_iter, g <= stop, history)
-
-
-def quartic_argmin(c: list[float]) -> float:
-    """The positive minimiser of :math:`c_1 t + c_2 t^2 + c_3 t^3 + c_4 t^4` (``c_1 < 0``).
-
-    The smallest positive real root of the derivative at which the quartic is lowest; 0 if
-    the polynomial does not decrease for t > 0 (``c_1 >= 0``).
-    """
-    c1, c2, c3, c4 = c
-    if not c1 < 0:
-        return 0.0
-    roots = np.roots([4 * c4, 3 * c3, 2 * c2, c1])
-    cands = [float(z.real) for z in roots if abs(z.imag) <= 1e-9 * (1 + abs(z)) and z.real > 0]
-    if not cands:
-        return 0.0
-    val = [c1 * t + c2 * t**2 + c3 * t**3 + c4 * t**4 for t in cands]
-    return cands[int(np.argmin(val))]
 
 
 def spectral_init(obs: Observations, k: int) -> SVDPoint:
@@ -197,6 +201,7 @@ def rgd(
     max_iter: int = 2000,
     gtol: float = 1e-10,
     generator: torch.Generator | None = None,
+    backend: str = "auto",
 ) -> SolveResult:
     """Riemannian gradient descent on rank-k matrices (exact line search + SVD retraction).
 
@@ -210,6 +215,9 @@ def rgd(
         max_iter: iteration cap.
         gtol: stop when the Riemannian gradient's norm is at most gtol · s, s the scale.
         generator: random source for ``init="random"``.
+        backend: ``"fused"``: the Ω-products of :mod:`eps_completion.fused_rgd`
+            (NumPy/SciPy, CPU, uniform weights); ``"torch"``: the reference products;
+            ``"auto"``: fused when it applies. Same iterates up to rounding.
 
     Returns:
         :class:`SolveResult` with ``L = U S`` and ``R = V``.
@@ -217,6 +225,17 @@ def rgd(
     e = _eps_value(eps)
     k = _check_k(k, obs)
     _check_iter(max_iter, gtol)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    fusable = obs.values.device.type == "cpu" and xi is None
+    if backend == "fused" and not fusable:
+        raise ValueError("backend='fused' needs CPU tensors and uniform weights (xi=None)")
+    if backend == "fused" or (backend == "auto" and fusable):
+        prods = RgdProducts(obs, e)
+        products, curvature = prods.egrad, prods.curvature
+    else:
+        products = partial(_egrad_products, obs=obs, e=e, xi=xi)
+        curvature = partial(quadratic_form, obs=obs, eps=e, xi=xi)
     m, n = obs.shape
     dtype = obs.values.dtype
     man = FixedRankEmbedded(m, n, k)
@@ -232,7 +251,7 @@ def rgd(
     else:
         x = SVDPoint(*(t.to(dtype) for t in init))
         man.check_point(x)
-    f, gv, gtu = _egrad_products(x, obs, e, xi)
+    f, gv, gtu = products(x)
     history = [float(f)]
     stop = gtol * s_est
     for it in range(1, max_iter + 1):
@@ -245,11 +264,11 @@ def rgd(
         # xi = [U M + Up, U] [V, Vp]^T
         lf = torch.cat([u @ mm + xi_t.Up, u], dim=1)
         rf = torch.cat([v, xi_t.Vp], dim=1)
-        curv = float(quadratic_form(lf, rf, obs, e, xi))
+        curv = float(curvature(lf, rf))
         t = g2 / curv if curv > 0 else 1.0 / s_est
         for _ in range(40):
             x_new = man.retr(x, SVDTangent(-t * xi_t.M, -t * xi_t.Up, -t * xi_t.Vp))
-            f_new, gv_new, gtu_new = _egrad_products(x_new, obs, e, xi)
+            f_new, gv_new, gtu_new = products(x_new)
             if float(f_new) <= float(f) + 1e-13 * abs(float(f)):  # rounding slack
                 break
             t *= 0.5
