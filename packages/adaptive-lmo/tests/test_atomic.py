@@ -308,3 +308,23 @@ def test_head_from_the_graph_and_a_guess_is_announced():
         lm["out"] = nn.Linear(6, 11, bias=False)
         lm["out"].weight = lm["emb"].weight
         assert locate_head(lm, warn=True) is lm["out"]
+
+
+def test_fast_finiteness_check_has_no_false_verdicts():
+    """The 2-norm fast path of ``any_nonfinite`` against the entrywise reference
+    ``torch.isfinite``: a norm that overflows a finite float16/float32 gradient is not a
+    NaN, and one NaN/inf entry anywhere, in any dtype of a mixed list, is found."""
+    from adaptive_lmo.moments import any_nonfinite
+
+    g = torch.Generator().manual_seed(0)
+    big16 = torch.full((33, 17), 6.0e4, dtype=torch.float16)  # norm 1.4e6 > float16 max
+    big32 = torch.full((9, 5), 1.0e30)  # norm 6.7e30 ... squares overflow float32
+    assert bool(torch.isfinite(big16).all()) and not any_nonfinite([big16, big32])
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            ts = [torch.randn(7, 3, generator=g).to(dt) for dt in (torch.float32, dtype)]
+            ts.append(torch.randn(11, generator=g).to(dtype))
+            ts[-1][int(torch.randint(0, 11, (1,), generator=g))] = bad
+            want = any(not bool(torch.isfinite(t).all()) for t in ts)
+            assert want and any_nonfinite(ts)
+            assert not any_nonfinite(ts[:-1])

@@ -34,8 +34,9 @@ from .criterion import (
     surrogate_decrease,
     switch_gain,
     t_quantile,
+    weighted_decrease,
 )
-from .fractional import svd_factors
+from .fractional import ns_spectrum, svd_factors
 
 __all__ = ["ExponentController"]
 
@@ -78,6 +79,7 @@ class ExponentController:
         # a fallback exponent is no choice to be stable against
         old = None if st.get("source", "").startswith("fallback") else st.get("exponent")
         self._choose_exponent(it)
+        self._exact_rule(it)
         new = st.get("exponent")
         stable = (
             old is not None
@@ -89,17 +91,100 @@ class ExponentController:
         if "last_snap" in st:
             st["next_snap"] = st["last_snap"] + self._interval(st, g)
 
-    def _cost_rule(self, a: float, s: Tensor, curv: Tensor, d: Tensor | None, g: dict) -> str:
-        """``""`` when ``a`` pays for its per-step SVD, else why the layer takes a = 0."""
-        mg = g.get("min_gain", 0.0)
-        if a == 0.0 or mg <= 0 or g["method"] != "auto":
+    def _exact_rule(self, it: dict[str, Any]) -> None:
+        """Whether this layer's a = 0 steps take the exact polar factor until the next choice
+        (option ``exact_polar``, off by default).
+
+        On the ``"auto"`` route a = 0 steps use torch Muon's five bfloat16 Newton-Schulz
+        steps, which leave the small normalised singular values of a wide spectrum far below
+        1 (:func:`adaptive_lmo.fractional.ns_spectrum`). The surrogate scores both spectra
+        with the same statistics: the exact factor (all ones) is used when its predicted
+        one-step decrease beats Newton-Schulz's by at least ``min_gain``, the same price as
+        an exponent off 0 (an SVD per step). No argmax is involved (both spectra are fixed
+        maps of ``s``), so the point estimate carries no winner's-curse bias.
+        """
+        st, g = self.state[it["p"]], it["g"]
+        st["exact_a0"] = False
+        curv = it.get("curv")
+        if (
+            not g.get("exact_polar", False)
+            or st.get("exponent") != 0.0
+            or g["method"] != "auto"
+            or it["P"].dtype == torch.float64  # its a = 0 is exact already
+            or curv is None
+        ):
+            return
+        s, d = it["crit"]
+        W = torch.stack([torch.ones_like(s, dtype=torch.float64), ns_spectrum(s)])
+        dec = weighted_decrease(W, s, curv, d)
+        loss = float(dec[0] / dec[1]) - 1.0
+        st["ns_loss"] = loss
+        if loss > 0 and loss >= g.get("min_gain", 0.0):
+            st["exact_a0"] = True
+            st["source"] += f"; exact polar at a = 0 (Newton-Schulz loses {loss:.2%})"
+
+    def _cost_rule(self, a: float, it: dict[str, Any], curv: Tensor) -> str:
+        """``""`` when ``a`` pays for its per-step SVD, else why the layer takes a = 0.
+
+        ``a`` stands when the lower confidence bound of its predicted relative gain over
+        a = 0 reaches ``min_gain`` (:meth:`_gain_bound`; the point estimate itself when
+        ``switch_confidence=0``). Why a bound and not the estimate: the criterion picks the
+        argmax of a noisy curve, so even a layer whose true best is a = 0 shows a positive
+        predicted gain at its pick; the bound removes those (docs/overhead.md).
+        """
+        g = it["g"]
+        mg, z = g.get("min_gain", 0.0), g.get("switch_confidence", 0.0)
+        if a == 0.0 or (mg <= 0 and z <= 0) or g["method"] != "auto":
             return ""
+        s, d = it["crit"]
         at = torch.tensor([a, 0.0], dtype=torch.float64, device=s.device)
         dec = surrogate_decrease(at, s, curv, d)
         gain = float(dec[0] / dec[1]) - 1.0
-        if gain >= mg:  # NaN (unresolved) falls through to a = 0 as well
+        if z <= 0:
+            if gain >= mg:  # NaN (unresolved) falls through to a = 0 as well
+                return ""
+            return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
+        low = self._gain_bound(a, it, gain, z)
+        if low >= mg:
             return ""
-        return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
+        return (
+            f"; a = {a:.3f} gains {gain:.2%}, lower {z:g} bound {low:.2%} < min_gain over "
+            "a = 0: Newton-Schulz"
+        )
+
+    def _gain_bound(self, a: float, it: dict[str, Any], gain: float, z: float) -> float:
+        r"""One-sided lower ``z`` confidence bound of the relative gain of ``a`` over a = 0.
+
+        The surrogate's denominator :math:`w^\top[(U^\top\hat BU)\circ(V^\top\hat\Sigma V)]w`
+        is a mean over output-gradient rows with the input factor fixed, and equally a mean
+        over input rows with the output factor fixed; to first order the two factors' row
+        errors add, so the log-gain's variance is the sum of the two delta-method variances
+        of :func:`adaptive_lmo.criterion.switch_gain` (input side: rows ``X V``, factor
+        :math:`U^\top\hat BU`, or the identity for the input-only curvature). The bound is
+        :math:`\exp(\log(1 + \text{gain}) - t_{z, n_{eff}-1}\,\text{s.e.}) - 1`, ``n_eff``
+        the smaller Kish count of the two sides; fewer than 2 effective rows: ``-inf``.
+        """
+        s, d = it["crit"]
+        red = self._reducer(it["P"].device)
+        var, n_eff = 0.0, math.inf
+        b = it.get("b")  # synchronised over ranks, so every rank takes the same sides
+        sides = [] if b is None else [(it.get("bz"), it["c"])]
+        xz = None  # a rank that recorded no input rows adds zeros to the sums
+        if it.get("x") is not None:
+            xz = it["x"].to(it["Vh"].dtype) @ it["Vh"].mT  # input rows in the V basis
+        if b is None:  # input-only curvature: the quadratic form is diag(c)
+            b = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+            b = b.expand(*s.shape[:-1], -1, -1)
+        sides.append((xz, b))
+        for Z, C in sides:
+            _, se, ne = switch_gain(a, 0.0, s, Z, C, d, reduce=red)
+            if not math.isfinite(se):
+                return -math.inf
+            var, n_eff = var + se * se, min(n_eff, ne)
+        df = math.floor(n_eff) - 1 if math.isfinite(n_eff) else 0
+        if df < 1 or not gain > -1.0:
+            return -math.inf
+        return math.expm1(math.log1p(gain) - t_quantile(z, df) * math.sqrt(var))
 
     def _refresh_due(self) -> None:
         due, want_out = set(), set()
@@ -187,6 +272,7 @@ class ExponentController:
                 f"AdaptiveLMO, layer {self._names[id(p)]}: recorded features have "
                 f"{X.shape[-1]} columns, the matrix view {it['shape']} needs {it['shape'][-1]}"
             )
+        it["x"], it["Vh"] = X, Vh  # the cost rule's error estimate reads the input rows
         if not kfac:
             it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
             return
@@ -307,6 +393,7 @@ class ExponentController:
                     if g.get("shrinkage", "none") == "ledoit_wolf":
                         b = shrink_to_identity(b, rho)
                 curv, how = b * curv, (", kfac, sampled Fisher" if it["fisher"] else ", kfac")
+        it["curv"] = curv
         try:
             a = choose_exponent(s, curv, d, rule=g["criterion"])
         except ValueError as e:
@@ -314,11 +401,9 @@ class ExponentController:
             st["source"] = f"kept: criterion skipped at step {st['step']} ({e})"
             self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
             return
-        cost = (
-            self._cost_rule(a, s, curv, d, g)
-            if it["P"].dtype != torch.float64  # float64 takes the exact SVD at a = 0 as well
-            else ""
-        )
+        # float64 takes the exact SVD at a = 0 as well: no cost to weigh
+        costed = it["P"].dtype != torch.float64
+        cost = self._cost_rule(a, it, curv) if costed else ""
         if cost:
             a = 0.0
         z = g.get("switch_confidence", 0.0)
@@ -338,7 +423,11 @@ class ExponentController:
             if not n_eff >= s.shape[-1]:  # NaN (nothing resolved) is tested, and kept
                 df = math.floor(n_eff) - 1 if math.isfinite(n_eff) else 0
                 thr = t_quantile(z, df) * se if df >= 1 else math.inf
-                if not gain > thr:
+                # a kept exponent off 0 must still pay for its SVDs (else: a = 0, cheaply)
+                drop = self._cost_rule(old, it, curv) if costed and not gain > thr else ""
+                if drop:
+                    a, cost = 0.0, drop
+                elif not gain > thr:
                     st["source"] = (
                         f"kept: a = {a:.3f} not resolved at step {st['step']} (n_eff "
                         f"{n_eff:.3g} < r = {s.shape[-1]}; log-gain {gain:.3g}, s.e. {se:.3g})"

@@ -89,6 +89,7 @@ __all__ = [
     "surrogate_exponent",
     "switch_gain",
     "t_quantile",
+    "weighted_decrease",
 ]
 
 RULES = ("surrogate", "loglog")
@@ -319,6 +320,28 @@ def surrogate_decrease(a: float | Tensor, s: Tensor, c: Tensor, d: Tensor | None
     c = torch.as_tensor(c).to(torch.float64).reshape(-1)[keep] if M is None else M[keep][:, keep]
     at = torch.as_tensor(a, dtype=torch.float64)
     return _decrease(at.reshape(-1), s, c, d).reshape(at.shape)
+
+
+def weighted_decrease(w: Tensor, s: Tensor, c: Tensor, d: Tensor | None = None) -> Tensor:
+    r""":math:`(\sum_i d_i w_i)^2 / (2\,w^\top M w)` for direction weights ``w`` (``(k, ...)``:
+    ``k`` vectors shaped like ``s``), the surrogate's best-step decrease of
+    :math:`U\,\mathrm{diag}(w)\,V^\top`. :func:`surrogate_decrease` is the case
+    :math:`w = s^a`; this one scores any spectrum map, e.g. Newton-Schulz's
+    (:func:`adaptive_lmo.fractional.ns_spectrum`) against the exact polar factor's ones.
+    Same conventions as :func:`surrogate_decrease` (zero singular values drop out)."""
+    s = torch.as_tensor(s).to(torch.float64)
+    M = _as_matrix(s, c)
+    s = s.reshape(-1)
+    d = s if d is None else torch.as_tensor(d).to(torch.float64).reshape(-1)
+    keep = s > 0
+    W = torch.as_tensor(w).to(torch.float64).reshape(-1, s.numel())[:, keep]
+    d = d[keep]
+    num = (W * d).sum(-1).pow(2)
+    if M is None:
+        c = torch.as_tensor(c).to(torch.float64).reshape(-1)[keep]
+        return num / (2.0 * (W * W * c).sum(-1))
+    M = M[keep][:, keep]
+    return num / (2.0 * ((W @ M) * W).sum(-1))
 
 
 def _decrease(a: Tensor, s: Tensor, c: Tensor, d: Tensor) -> Tensor:

@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 
 from shared_core.lmo import dual_exponent
-from shared_core.polar import default_rtol, msign, significant, spectral_power
+from shared_core.polar import coefficients_for, default_rtol, msign, significant, spectral_power
 
 __all__ = [
     "METHODS",
@@ -72,6 +72,7 @@ __all__ = [
     "check_exponent",
     "fractional_update",
     "lmo_direction",
+    "ns_spectrum",
     "power_weights",
     "schatten_p",
     "svd_factors",
@@ -231,3 +232,21 @@ def lmo_direction(
     f = factors if factors is not None else svd_factors(X)
     w = power_weights(f.s, a, scale, rtol=default_rtol(m, n, f.s.dtype))
     return (f.U * w.unsqueeze(-2)) @ f.Vh, fell_back
+
+
+def ns_spectrum(s: Tensor) -> Tensor:
+    r"""The singular values torch Muon's routine (:data:`NS_TABLE`, :data:`NS_STEPS` steps)
+    gives a direction with singular values ``s`` (``(..., r)``), in exact arithmetic.
+
+    Newton-Schulz keeps the singular vectors and maps each singular value by the same odd
+    polynomial: Frobenius normalisation, then :math:`x \mapsto ax + bx^3 + cx^5` per step.
+    The exact polar factor has all ones here; small normalised values (a wide spectrum)
+    stay far below 1, which is what the cost rule weighs (controller, ``exact_a0``). The
+    bfloat16 rounding of the real routine is not modelled. float64.
+    """
+    x = s.to(torch.float64)
+    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-300)
+    for a, b, c in coefficients_for(NS_TABLE, NS_STEPS):
+        x2 = x * x
+        x = x * (a + x2 * (b + c * x2))
+    return x

@@ -19,7 +19,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["adamw_update", "any_nonfinite", "compute_dtype", "direction", "nonfinite_names"]
+__all__ = [
+    "adamw_update",
+    "any_nonfinite",
+    "compute_dtype",
+    "direction",
+    "exact_nonfinite",
+    "nonfinite_names",
+]
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -28,18 +35,38 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def any_nonfinite(grads: Sequence[Tensor]) -> bool:
-    """Whether any gradient holds a NaN or inf, with one host read for all of them.
+    """Whether any gradient holds a NaN or inf, with one host read for all of them (usually).
 
-    Each gradient is summed in float64 (a reduction with no temporary): NaN and inf
-    propagate through a sum, and finite float32/bf16 entries cannot overflow a float64 sum
-    (``3.4e38 * numel`` stays below ``1.8e308``), so the total is finite exactly when every
-    entry is. The one ``bool`` read syncs a GPU once per step (GradScaler's ``found_inf``
-    costs the same), not once per matrix.
+    Fast path: the 2-norm of every gradient, one ``torch._foreach_norm`` per (device, dtype)
+    (torch's own ``clip_grad_norm_`` kernel): a NaN or inf entry makes its norm NaN or inf,
+    so all norms finite proves every entry finite. The converse can fail (a finite gradient
+    whose norm overflows its dtype, e.g. float16 entries near 6e4), so a non-finite norm is
+    confirmed entry by entry (:func:`exact_nonfinite`) before it counts. Profiled on the
+    overhead benchmark (docs/overhead.md): 3.5x cheaper than the float64 sums it replaces.
+    The one ``bool`` read syncs a GPU once per step (GradScaler's ``found_inf`` costs the
+    same), not once per matrix.
     """
+    groups: dict[tuple[torch.device, torch.dtype], list[Tensor]] = {}
+    for g in grads:
+        if g.numel() > 0:
+            groups.setdefault((g.device, g.dtype), []).append(g)
+    if not groups:
+        return False
+    ok = [torch.isfinite(torch.stack(torch._foreach_norm(gs, 2.0))).all() for gs in groups.values()]
+    dev = ok[0].device
+    if bool(torch.stack([o.to(dev) for o in ok]).all()):
+        return False
+    return exact_nonfinite(grads)
+
+
+def exact_nonfinite(grads: Sequence[Tensor]) -> bool:
+    """Whether any entry is NaN or inf: each gradient summed in float64 (no temporary; finite
+    float32/bf16 entries cannot overflow a float64 sum, ``3.4e38 * numel < 1.8e308``)."""
     sums = [g.sum(dtype=torch.float64) for g in grads if g.numel() > 0]
     if not sums:
         return False
-    return not bool(torch.isfinite(torch.stack(sums).sum()))
+    dev = sums[0].device
+    return not bool(torch.isfinite(torch.stack([s.to(dev) for s in sums]).sum()))
 
 
 def nonfinite_names(grads: Sequence[Tensor], names: Sequence[str]) -> list[str]:

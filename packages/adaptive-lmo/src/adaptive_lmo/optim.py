@@ -135,10 +135,24 @@ class AdaptiveLMO(ExponentController, Optimizer):
             see the README ("Too few effective rows").
         min_gain: the cost-aware rule (``method="auto"`` only, where a layer off a = 0 pays an
             SVD per step instead of torch Muon's Newton-Schulz). A chosen exponent ``a > 0``
-            is kept only when the surrogate predicts a relative gain
-            :math:`\Delta(a)/\Delta(0) - 1 \ge` ``min_gain`` in one-step decrease over a = 0;
-            otherwise the layer takes a = 0 (``geometry()`` says so, with the gain). Default
-            0.05 (fixed before any benchmark; README, "Cost-aware rule"); 0 turns it off.
+            (or one the switch test would keep) stands only when the lower
+            ``switch_confidence`` bound of the surrogate's predicted relative gain
+            :math:`\Delta(a)/\Delta(0) - 1` in one-step decrease over a = 0 reaches
+            ``min_gain`` (the bound from the rows' own delta-method variance on both K-FAC
+            factors: an argmax of a noisy curve always shows some gain); otherwise the layer
+            takes a = 0 (``geometry()`` says so, with the gain and its bound). With
+            ``switch_confidence=0`` the point estimate is compared. Default 0.05 (fixed
+            before any benchmark; README, "Cost-aware rule"); ``min_gain=0`` with
+            ``switch_confidence=0`` turns it off.
+        exact_polar: ``method="auto"`` only; off by default. When True, each criterion step
+            of a layer at a = 0 also scores the exact polar factor against the spectrum torch
+            Muon's Newton-Schulz would give (:func:`adaptive_lmo.fractional.ns_spectrum`)
+            with the same surrogate; where Newton-Schulz loses at least ``min_gain``, that
+            layer's a = 0 steps take the exact polar factor (an SVD per step) until its next
+            criterion step (``geometry()["exact_polar"]``). Off by default: on the overhead
+            benchmark the point estimate swung between -22% and +34% from one criterion step
+            to the next and flagged two of three layers (2.7x torch Muon), and on
+            teacher-student it did not restore the exact route's result (docs/overhead.md).
         backoff: criterion steps of a layer whose choice is stable (same route, exponent
             moved by at most one grid step) are spaced ``update_every * 2**j`` steps apart,
             ``j`` the number of stable choices in a row, capped at ``backoff`` (default 3:
@@ -214,6 +228,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
         shrinkage: str = "none",
         switch_confidence: float = 0.975,
         min_gain: float = 0.05,
+        exact_polar: bool = False,
         backoff: int = 3,
         method: str = "auto",
         scale: str = "polar",
@@ -258,6 +273,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
             "shrinkage": shrinkage,
             "switch_confidence": switch_confidence,
             "min_gain": min_gain,
+            "exact_polar": exact_polar,
             "backoff": backoff,
             "method": method,
             "scale": scale,
@@ -496,9 +512,11 @@ class AdaptiveLMO(ExponentController, Optimizer):
 
         Returns:
             ``{name: {"exponent", "schatten_p", "source", "steps", "matrix_shape",
-            "output_shrinkage"}}``; ``exponent`` is None before the first step of an
-            ``"auto"`` layer; ``output_shrinkage`` is the Ledoit-Wolf weight of the last
-            K-FAC choice (mean over a batched view), None when there was none.
+            "output_shrinkage", "exact_polar"}}``; ``exponent`` is None before the first
+            step of an ``"auto"`` layer; ``output_shrinkage`` is the Ledoit-Wolf weight of the
+            last K-FAC choice (mean over a batched view), None when there was none;
+            ``exact_polar``: this layer's a = 0 steps take the exact polar factor instead of
+            Newton-Schulz (``method="auto"``: the criterion found it pays ``min_gain``).
         """
         out: dict[str, dict[str, Any]] = {}
         for g in self.param_groups:
@@ -514,6 +532,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
                     "steps": st.get("step", 0),
                     "matrix_shape": matrix_shape(tuple(p.shape), self._view(p, g)),
                     "output_shrinkage": st.get("output_shrinkage"),
+                    "exact_polar": bool(st.get("exact_a0", False)),
                 }
         return out
 
@@ -672,10 +691,13 @@ class AdaptiveLMO(ExponentController, Optimizer):
             a = g["exponent"]
             st["exponent"], st["source"] = a, "fixed"
         # a criterion step's exact factors are reused by every route: the SVD is paid anyway
+        method = g["method"]
+        if a == 0.0 and method == "auto" and st.get("exact_a0"):
+            method = "svd"  # Newton-Schulz measured too inexact for this layer (controller)
         D, fell_back = lmo_direction(
             it["P"],
             a,
-            method=g["method"],
+            method=method,
             scale=g["scale"],
             factors=it["factors"],
             check_finite=False,

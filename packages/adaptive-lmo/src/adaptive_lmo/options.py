@@ -90,6 +90,8 @@ def validate_lmo(g: dict[str, Any]) -> None:
     if not (isinstance(sc, int | float) and not isinstance(sc, bool) and (sc == 0 or 0.5 < sc < 1)):
         raise ValueError(f"switch_confidence must be 0 (off) or in (0.5, 1), got {sc!r}")
     check_number("min_gain", g.get("min_gain", 0.0))
+    if not isinstance(g.get("exact_polar", False), bool):
+        raise ValueError(f"exact_polar must be a bool, got {g['exact_polar']!r}")
     bo = g.get("backoff", 0)
     if isinstance(bo, bool) or not isinstance(bo, int) or not 0 <= bo <= 16:
         raise ValueError(f"backoff must be an int in [0, 16], got {bo!r}")

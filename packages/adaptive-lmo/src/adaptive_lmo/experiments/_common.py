@@ -558,9 +558,14 @@ def train_loop(
     steps: int,
     batch: int,
     record_every: int = 10,
+    fisher: str | None = None,
     **opt_kw: Any,
 ) -> RunOutput:
     """Minibatch training; ``evaluate(model) -> (val, test)`` at the end.
+
+    ``fisher`` (``"cross_entropy"`` or ``"mse"``): AdaptiveLMO also calls
+    :meth:`~adaptive_lmo.AdaptiveLMO.fisher_backward` on each step's output (the sampled-target
+    Fisher for its criterion; a no-op off criterion steps).
 
     The curve holds the training loss every ``record_every`` steps; for AdaptiveLMO the
     per-layer exponents are recorded at the same times. A non-finite loss stops the run and
@@ -572,7 +577,10 @@ def train_loop(
     exps: dict[str, list[float]] = {}
     for t, idx in enumerate(batch_indices(X.shape[0], batch, steps, seed)):
         opt.zero_grad()
-        loss = loss_fn(model(X[idx]), Y[idx])
+        out = model(X[idx])
+        if fisher is not None and isinstance(opt, AdaptiveLMO):
+            opt.fisher_backward(out, fisher)
+        loss = loss_fn(out, Y[idx])
         if not torch.isfinite(loss):
             return RunOutput(math.nan, math.nan, curve, exps, diverged=True)
         loss.backward()
