@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="default 6 (--quick) or 12")
     ap.add_argument("--fisher", action="store_true", help="also time fisher_backward")
     ap.add_argument(
+        "--gram", action="store_true", help='also time spectral="gram" (checked estimate)'
+    )
+    ap.add_argument(
         "--pair-steps",
         type=int,
         default=None,
@@ -191,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         variants = [("adaptive", False), ("adaptive_a0", False), ("torch_muon", False)]
         if args.fisher:
             variants.append(("adaptive_fisher", True))
+        if args.gram:
+            variants.append(("adaptive_gram", False))
         for name, fisher in variants:
             model = copy.deepcopy(base_model)
             if name == "torch_muon":
@@ -204,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                     update_every=args.update_every,
                     adamw_lr=ADAMW_LR,
                     exponent=exponent,
+                    spectral="gram" if name == "adaptive_gram" else "svd",
                 )
             batches = Batches(width, args.device, args.batch)
             arms[name] = Arm(model, opt, batches, args.device, fisher)
@@ -229,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                     "name": f"{name}_vs_torch_muon_opt_step_w{width}_k{k}",
                     **s,
                     "exponents": {n: g["exponent"] for n, g in geo.items()},
+                    "criterion_decompositions": {
+                        n: {"gram": g["spectral_estimated"], "svd": g["spectral_exact"]}
+                        for n, g in geo.items()
+                    },
                 }
             )
             print(

@@ -36,7 +36,8 @@ from .criterion import (
     t_quantile,
     weighted_decrease,
 )
-from .fractional import ns_spectrum, svd_factors
+from .fractional import SVDFactors, ns_spectrum, svd_factors
+from .spectral import criterion_factors
 
 __all__ = ["ExponentController"]
 
@@ -247,14 +248,17 @@ class ExponentController:
         U = None
         if g["stats"] == "next_batch":
             # this step's factors: used by the update (svd route) and kept for the next step
-            it["factors"] = svd_factors(it["P"]) if it["snap"] or g["method"] == "svd" else None
+            if it["snap"]:
+                it["factors"] = self._decompose(it)
+            else:
+                it["factors"] = svd_factors(it["P"]) if g["method"] == "svd" else None
             if not it["due"]:
                 return
             s, Vh = st.pop("pending_s"), st.pop("pending_Vh")
             d = st.pop("pending_d", None)
             U = st.pop("pending_U", None)
         else:
-            f = svd_factors(it["P"])
+            f = self._decompose(it)
             it["factors"] = f
             s, Vh, U = f.s, f.Vh, f.U
             d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
@@ -288,6 +292,33 @@ class ExponentController:
             it["bz"] = Gout.to(U.dtype) @ U
             it["b"], q, k = row_moments(it["bz"])
             it["bq"] = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
+
+    def _decompose(self, it: dict[str, Any]) -> SVDFactors:
+        """The criterion step's factors of the direction: the checked Gram estimate or the SVD.
+
+        ``spectral="gram"`` on the ``"auto"`` route (``method="svd"`` promises the exact SVD
+        everywhere) tries :func:`adaptive_lmo.spectral.criterion_factors`; a layer whose
+        estimate failed its check ``j`` times in a row goes straight to the SVD on its next
+        ``min(2**(j-1), 8)`` criterion steps, so an ill-conditioned layer does not pay for a
+        rejected estimate (0.65x an SVD at 256²,
+        measured) every time. ``geometry()`` counts both routes.
+        """
+        st, g, P = self.state[it["p"]], it["g"], it["P"]
+        gram = g["method"] == "auto" and g.get("spectral", "svd") == "gram"
+        if not gram or P.dtype == torch.float64 or st.get("gram_skip", 0) > 0:
+            if gram and st.get("gram_skip", 0) > 0:
+                st["gram_skip"] -= 1
+            st["spectral_exact"] = st.get("spectral_exact", 0) + 1
+            return svd_factors(P)
+        f, estimated = criterion_factors(P, "gram")
+        if estimated:
+            st["gram_fails"] = 0
+            st["spectral_estimated"] = st.get("spectral_estimated", 0) + 1
+        else:
+            st["gram_fails"] = st.get("gram_fails", 0) + 1
+            st["gram_skip"] = min(2 ** (st["gram_fails"] - 1), 8)
+            st["spectral_exact"] = st.get("spectral_exact", 0) + 1
+        return f
 
     def _keep_factors(self, it: dict[str, Any]) -> None:
         """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""

@@ -83,6 +83,7 @@ __all__ = [
     "ledoit_wolf_shrinkage",
     "loglog_exponent",
     "moments_in_basis",
+    "preload_quantiles",
     "row_moments",
     "shrink_to_identity",
     "surrogate_decrease",
@@ -520,6 +521,20 @@ def t_quantile(q: float, df: int) -> float:
     """
     if not 0.5 < q < 1.0 or df < 1:
         raise ValueError(f"need 0.5 < q < 1 and df >= 1, got q={q}, df={df}")
-    from scipy.special import stdtrit  # imported on first use: most runs never need it
+    return float(_stdtrit()(df, q))
 
-    return float(stdtrit(df, q))
+
+@functools.cache
+def _stdtrit() -> Callable:
+    """``scipy.special.stdtrit``, imported once. The import costs ~0.4 s, so the optimizer
+    calls this at construction when a group can need a quantile (:func:`preload_quantiles`):
+    imported lazily inside the first step that needs it, it made that one ``opt.step()``
+    ~100x a Newton-Schulz step (the overhead benchmark's 2.2-2.3x pair, docs/overhead.md)."""
+    from scipy.special import stdtrit
+
+    return stdtrit
+
+
+def preload_quantiles() -> None:
+    """Import what :func:`t_quantile` needs now instead of inside a training step."""
+    _stdtrit()

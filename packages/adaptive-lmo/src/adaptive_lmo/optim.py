@@ -66,6 +66,7 @@ from torch.optim import Optimizer
 from shared_core.routing import AUX_ADAMW
 
 from .controller import ExponentController
+from .criterion import preload_quantiles
 from .fisher import FISHER_LOSSES, sample_output_gradient
 from .fractional import lmo_direction, schatten_p
 from .groups import groups_from_params, split_fixed
@@ -157,6 +158,14 @@ class AdaptiveLMO(ExponentController, Optimizer):
             moved by at most one grid step) are spaced ``update_every * 2**j`` steps apart,
             ``j`` the number of stable choices in a row, capped at ``backoff`` (default 3:
             at most 8x ``update_every``); any change resets the spacing. 0: fixed spacing.
+        spectral: how criterion steps decompose the direction. ``"svd"`` (default): the
+            exact SVD. ``"gram"`` (``method="auto"``, float32 layers; opt-in): ``eigh`` of the
+            smaller Gram matrix (0.65x an SVD on CPU at 256²), kept only when an a-posteriori
+            bound puts every family member it builds within 1e-4 relative Frobenius error of
+            the exact one, else the SVD (:mod:`adaptive_lmo.spectral`); ``geometry()`` counts
+            both (``"spectral_estimated"``, ``"spectral_exact"``). Not the default: the
+            overhead benchmark's momenta (condition 3e3-1e5) fail the check every time
+            (docs/overhead.md).
         method: ``"auto"`` (default: a = 0 steps outside criterion steps by torch.optim.Muon's
             routine, five bfloat16 Newton-Schulz steps, the SVD elsewhere; float64 always
             exact), ``"svd"`` (exact everywhere) or ``"iterative"`` (matmul-only fractional
@@ -230,6 +239,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
         min_gain: float = 0.05,
         exact_polar: bool = False,
         backoff: int = 3,
+        spectral: str = "svd",
         method: str = "auto",
         scale: str = "polar",
         weight_decay: float = 0.0,
@@ -275,6 +285,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
             "min_gain": min_gain,
             "exact_polar": exact_polar,
             "backoff": backoff,
+            "spectral": spectral,
             "method": method,
             "scale": scale,
             "weight_decay": weight_decay,
@@ -337,6 +348,11 @@ class AdaptiveLMO(ExponentController, Optimizer):
         super().__init__(groups, lmo_defaults)
         self._attach_hooks()
         self._refresh_due()
+        if any(
+            g["algorithm"] == "lmo" and g["exponent"] == "auto" and g["switch_confidence"] > 0
+            for g in self.param_groups
+        ):
+            preload_quantiles()  # SciPy's import (~0.4 s) here, not inside a timed step
 
     # -- construction -----------------------------------------------------------------------
 
@@ -512,11 +528,14 @@ class AdaptiveLMO(ExponentController, Optimizer):
 
         Returns:
             ``{name: {"exponent", "schatten_p", "source", "steps", "matrix_shape",
-            "output_shrinkage", "exact_polar"}}``; ``exponent`` is None before the first
+            "output_shrinkage", "exact_polar", "spectral_estimated", "spectral_exact"}}``;
+            ``exponent`` is None before the first
             step of an ``"auto"`` layer; ``output_shrinkage`` is the Ledoit-Wolf weight of the
             last K-FAC choice (mean over a batched view), None when there was none;
             ``exact_polar``: this layer's a = 0 steps take the exact polar factor instead of
-            Newton-Schulz (``method="auto"``: the criterion found it pays ``min_gain``).
+            Newton-Schulz (``method="auto"``: the criterion found it pays ``min_gain``);
+            ``spectral_estimated`` / ``spectral_exact``: criterion decompositions taken by the
+            checked Gram estimate / by the SVD (``spectral="gram"``).
         """
         out: dict[str, dict[str, Any]] = {}
         for g in self.param_groups:
@@ -533,6 +552,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
                     "matrix_shape": matrix_shape(tuple(p.shape), self._view(p, g)),
                     "output_shrinkage": st.get("output_shrinkage"),
                     "exact_polar": bool(st.get("exact_a0", False)),
+                    "spectral_estimated": st.get("spectral_estimated", 0),
+                    "spectral_exact": st.get("spectral_exact", 0),
                 }
         return out
 

@@ -14,6 +14,7 @@ from typing import Any
 from .criterion import RULES
 from .fractional import METHODS, SCALES, check_exponent
 from .routing import VIEWS
+from .spectral import SPECTRAL
 
 __all__ = [
     "ADJUST_LR",
@@ -96,6 +97,7 @@ def validate_lmo(g: dict[str, Any]) -> None:
     if isinstance(bo, bool) or not isinstance(bo, int) or not 0 <= bo <= 16:
         raise ValueError(f"backoff must be an int in [0, 16], got {bo!r}")
     _one_of("shrinkage", g.get("shrinkage", "none"), SHRINKAGES)
+    _one_of("spectral", g.get("spectral", "svd"), SPECTRAL)
     _one_of("stats", g.get("stats", "next_batch"), STATS)
     _one_of("matrix_view", g.get("matrix_view", "auto"), VIEWS)
     if not isinstance(g["nesterov"], bool):
