@@ -205,7 +205,7 @@ def lmo_direction(
     if not isinstance(G, Tensor) or not G.is_floating_point() or G.ndim < 2:
         raise ValueError(f"G must be a floating tensor of shape (..., m, n), got {G!r:.60}")
     cd = _compute_dtype(G)
-    X = G.to(cd)
+    X = G if G.dtype == cd else G.to(cd)
     if check_finite and factors is None and not bool(torch.isfinite(X).all()):
         raise ValueError("fractional_update got a non-finite direction (NaN or inf)")
     m, n = X.shape[-2:]
@@ -218,7 +218,7 @@ def lmo_direction(
     if factors is None and a == 0.0 and method != "svd" and cd != torch.float64:
         # Muon's own routine (scale is moot at a = 0: every scale leaves U V^T as it is)
         Q = msign(X, NS_TABLE, steps=NS_STEPS, dtype=NS_DTYPE, check_finite=False)
-        return Q.to(cd), False
+        return (Q if Q.dtype == cd else Q.to(cd)), False
     fell_back = False
     if factors is None and method == "iterative":
         try:

@@ -53,8 +53,12 @@ def any_nonfinite(grads: Sequence[Tensor]) -> bool:
     if not groups:
         return False
     ok = [torch.isfinite(torch.stack(torch._foreach_norm(gs, 2.0))).all() for gs in groups.values()]
-    dev = ok[0].device
-    if bool(torch.stack([o.to(dev) for o in ok]).all()):
+    if len(ok) == 1:  # the usual case: one device, one dtype; no second stack
+        fine = bool(ok[0])
+    else:
+        dev = ok[0].device
+        fine = bool(torch.stack([o.to(dev) for o in ok]).all())
+    if fine:
         return False
     return exact_nonfinite(grads)
 
@@ -103,7 +107,9 @@ def direction(
         P = grad.add(buf, alpha=mu) if group["nesterov"] else buf
     else:
         P = grad
-    P = P.to(cd).reshape(shape)
+    if P.dtype != cd:  # a same-dtype .to is a no-op, but still a dispatcher round trip
+        P = P.to(cd)
+    P = P.reshape(shape)
     return P, P
 
 

@@ -71,7 +71,13 @@ from .fisher import FISHER_LOSSES, sample_output_gradient
 from .fractional import lmo_direction, schatten_p
 from .groups import groups_from_params, split_fixed
 from .moments import adamw_update, any_nonfinite, direction, nonfinite_names
-from .options import NONFINITE, adjust_lr_factor, validate_adamw, validate_lmo
+from .options import (
+    NONFINITE,
+    adjust_lr_factor,
+    option_fingerprint,
+    validate_adamw,
+    validate_lmo,
+)
 from .routing import matrix_shape, scan_module
 from .stats import ActivationCollector
 
@@ -338,6 +344,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
             self, ActivationCollector.remove_handles, self._collector.handles
         )
         self._warned: set[tuple[int, str]] = set()
+        # id(group) -> (group, fingerprint of its options when they last passed validation)
+        self._validated: dict[int, tuple[dict[str, Any], tuple]] = {}
         self._fallbacks: list[tuple[Tensor, bool]] = []
         self._manual: set[int] = set()
         self.sync_stats = bool(sync_stats)
@@ -656,16 +664,22 @@ class AdaptiveLMO(ExponentController, Optimizer):
         None when the step is to be skipped (``nonfinite="skip"``).
         """
         work: list[tuple[Tensor, dict[str, Any]]] = []
+        changed = False
         for g in self.param_groups:
-            if g["algorithm"] == "adamw":
-                validate_adamw(g)
-            else:
-                validate_lmo(g)
-                if g["exponent"] == "auto" and not self._has_model:
-                    raise ValueError(
-                        "exponent='auto' was set on a group of bare parameters: the criterion "
-                        "needs forward hooks on the model's layers (pass the nn.Module)"
-                    )
+            if self._options_changed(g):
+                changed = True
+                if g["algorithm"] == "adamw":
+                    validate_adamw(g)
+                else:
+                    validate_lmo(g)
+                    if g["exponent"] == "auto" and not self._has_model:
+                        raise ValueError(
+                            "exponent='auto' was set on a group of bare parameters: the "
+                            "criterion needs forward hooks on the model's layers (pass the "
+                            "nn.Module)"
+                        )
+                # after validation, which may normalise values (an int exponent to float)
+                self._validated[id(g)] = (g, option_fingerprint(g))
             for p in g["params"]:
                 if p.grad is None:
                     continue
@@ -674,7 +688,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
                 if g["algorithm"] == "lmo" and torch.is_complex(p):
                     raise RuntimeError("AdaptiveLMO does not support complex parameters")
                 work.append((p, g))
-        self._attach_hooks()  # a group switched to "auto" after construction gets its hooks
+        if changed:  # a group switched to "auto" after construction gets its hooks
+            self._attach_hooks()
         if self.nonfinite == "off" or not work:
             return work
         grads = [p.grad for p, _ in work]
@@ -697,6 +712,17 @@ class AdaptiveLMO(ExponentController, Optimizer):
                 stacklevel=3,
             )
         return None
+
+    def _options_changed(self, g: dict[str, Any]) -> bool:
+        """Whether ``g``'s options differ from those last validated (or ``g`` is new).
+
+        Validation runs at every ``step`` in effect (a value written into ``param_groups``
+        is caught before anything is mutated), but only does work when the fingerprint
+        moved: re-checking ~25 unchanged options per group per step was part of the
+        wiring's cost (docs/overhead.md).
+        """
+        seen = self._validated.get(id(g))
+        return seen is None or seen[0] is not g or seen[1] != option_fingerprint(g)
 
     def _apply(self, it: dict[str, Any]) -> None:
         p, g = it["p"], it["g"]
@@ -734,11 +760,13 @@ class AdaptiveLMO(ExponentController, Optimizer):
         if floor > 0:
             # unconditional (x * 1.0 is exact): a data-dependent branch would sync a GPU
             nrm = torch.linalg.vector_norm(it["P"], dim=(-2, -1), keepdim=True)
-            D = D * (nrm / floor).clamp(max=1.0).to(D.dtype)
+            factor = (nrm / floor).clamp_(max=1.0)
+            D = D * (factor if factor.dtype == D.dtype else factor.to(D.dtype))
         lr = g["lr"]
         if g["weight_decay"] != 0:
             p.mul_(1 - lr * g["weight_decay"])
+        D = D.reshape(p.shape)
         p.add_(
-            D.reshape(p.shape).to(p.dtype),
+            D if D.dtype == p.dtype else D.to(p.dtype),
             alpha=-lr * adjust_lr_factor(g["adjust_lr_fn"], it["shape"]),
         )

@@ -2,8 +2,10 @@
 
 Every check raises ``ValueError`` naming the option and the bad value. The optimizer runs
 :func:`validate_lmo` / :func:`validate_adamw` at construction, in ``add_param_group`` and again
-at the start of every ``step`` (before anything is mutated), so a bad value written into
-``param_groups`` after construction fails loudly instead of degrading layer by layer.
+at the start of a ``step`` (before anything is mutated) whenever a group's options differ from
+those last validated (:func:`option_fingerprint`: values and types), so a bad value written
+into ``param_groups`` after construction fails loudly at the next step instead of degrading
+layer by layer, and unchanged options cost no re-check.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "SHRINKAGES",
     "STATS",
     "adjust_lr_factor",
+    "option_fingerprint",
     "validate_adamw",
     "validate_lmo",
 ]
@@ -50,6 +53,24 @@ def adjust_lr_factor(fn: str | None, shape: tuple[int, ...]) -> float:
     if fn == "spectral_unclamped":
         return math.sqrt(A / B)
     return 1.0
+
+
+def _frozen(v: object) -> object:
+    # type and value: nesterov=0 equals False, yet must be re-checked; lists are copied so
+    # an in-place edit of the group's own list shows as a change
+    if isinstance(v, list | tuple):
+        return (type(v), tuple(_frozen(x) for x in v))
+    return (type(v), v)
+
+
+def option_fingerprint(g: dict[str, Any]) -> tuple:
+    """Every option of a param group (not its params), with types, comparable with ``==``.
+
+    Only a group that passed validation is fingerprinted, so a rejected value (a NaN
+    included) is re-checked, and rejected, at every step as before. Options are plain
+    Python values (numbers, strings, bools, None, tuples/lists of numbers).
+    """
+    return tuple((k, _frozen(v)) for k, v in g.items() if k != "params")
 
 
 def check_number(name: str, v: object, upper: float | None = None, strict: bool = False) -> None:
