@@ -2,9 +2,10 @@ r"""The exponent controller: when a layer's exponent is chosen and from which st
 
 A mixin of :class:`adaptive_lmo.AdaptiveLMO` (it reads the optimizer's ``state``, its
 :class:`adaptive_lmo.stats.ActivationCollector` and its layer names). Per criterion step and
-layer: :meth:`~ExponentController._prepare_criterion` pairs the direction's SVD (this step's,
-or the one kept from the previous step with ``stats="next_batch"``) with the sketches the
-hooks recorded; :meth:`~ExponentController._sync_curvatures` averages them over
+layer (a :class:`~adaptive_lmo.layer_step.LayerStep`, whose ``crit`` it fills):
+:meth:`~ExponentController._prepare_criterion` pairs the direction's SVD (this step's, or the
+one kept from the previous step with ``stats="next_batch"``) with the sketches the hooks
+recorded; :meth:`~ExponentController._sync_curvatures` averages them over
 ``torch.distributed`` ranks; :meth:`~ExponentController._choose` runs
 :func:`adaptive_lmo.criterion.choose_exponent` with the K-FAC curvature, the direction floor,
 the fallbacks and the switch test (README: "Too few effective rows"). Only criterion steps
@@ -37,6 +38,7 @@ from .criterion import (
     weighted_decrease,
 )
 from .fractional import SVDFactors, ns_spectrum, svd_factors
+from .layer_step import SYNCED_STATS, CriterionInputs, LayerStep
 from .spectral import criterion_factors
 
 __all__ = ["ExponentController"]
@@ -68,7 +70,7 @@ class ExponentController:
         st["last_snap"] = st["step"]
         st["next_snap"] = st["step"] + self._interval(st, g)
 
-    def _choose(self, it: dict[str, Any]) -> None:
+    def _choose(self, it: LayerStep) -> None:
         """Choose the exponent, then count stable choices and space the next criterion step.
 
         Stable: the layer stays on the same route (a = 0 or not) and its exponent moves by at
@@ -76,11 +78,13 @@ class ExponentController:
         ``2**backoff``): a geometry the criterion keeps confirming is re-checked less often,
         so its SVDs amortise over more steps; a change resets the spacing to ``update_every``.
         """
-        st, g = self.state[it["p"]], it["g"]
+        st, g = self.state[it.p], it.group
         # a fallback exponent is no choice to be stable against
         old = None if st.get("source", "").startswith("fallback") else st.get("exponent")
-        self._choose_exponent(it)
-        self._exact_rule(it)
+        crit = it.crit
+        assert crit is not None  # chosen on due steps only, which _prepare_criterion filled
+        self._choose_exponent(it, crit)
+        self._exact_rule(it, crit)
         new = st.get("exponent")
         stable = (
             old is not None
@@ -92,7 +96,7 @@ class ExponentController:
         if "last_snap" in st:
             st["next_snap"] = st["last_snap"] + self._interval(st, g)
 
-    def _exact_rule(self, it: dict[str, Any]) -> None:
+    def _exact_rule(self, it: LayerStep, crit: CriterionInputs) -> None:
         """Whether this layer's a = 0 steps take the exact polar factor until the next choice
         (option ``exact_polar``, off by default).
 
@@ -104,18 +108,17 @@ class ExponentController:
         an exponent off 0 (an SVD per step). No argmax is involved (both spectra are fixed
         maps of ``s``), so the point estimate carries no winner's-curse bias.
         """
-        st, g = self.state[it["p"]], it["g"]
+        st, g = self.state[it.p], it.group
         st["exact_a0"] = False
-        curv = it.get("curv")
         if (
             not g.get("exact_polar", False)
             or st.get("exponent") != 0.0
             or g["method"] != "auto"
-            or it["P"].dtype == torch.float64  # its a = 0 is exact already
-            or curv is None
+            or it.P.dtype == torch.float64  # its a = 0 is exact already
+            or crit.curv is None
         ):
             return
-        s, d = it["crit"]
+        s, d, curv = crit.s, crit.d, crit.curv
         W = torch.stack([torch.ones_like(s, dtype=torch.float64), ns_spectrum(s)])
         dec = weighted_decrease(W, s, curv, d)
         loss = float(dec[0] / dec[1]) - 1.0
@@ -124,7 +127,7 @@ class ExponentController:
             st["exact_a0"] = True
             st["source"] += f"; exact polar at a = 0 (Newton-Schulz loses {loss:.2%})"
 
-    def _cost_rule(self, a: float, it: dict[str, Any], curv: Tensor) -> str:
+    def _cost_rule(self, a: float, it: LayerStep, crit: CriterionInputs, curv: Tensor) -> str:
         """``""`` when ``a`` pays for its per-step SVD, else why the layer takes a = 0.
 
         ``a`` stands when the lower confidence bound of its predicted relative gain over
@@ -133,11 +136,11 @@ class ExponentController:
         argmax of a noisy curve, so even a layer whose true best is a = 0 shows a positive
         predicted gain at its pick; the bound removes those (docs/overhead.md).
         """
-        g = it["g"]
+        g = it.group
         mg, z = g.get("min_gain", 0.0), g.get("switch_confidence", 0.0)
         if a == 0.0 or (mg <= 0 and z <= 0) or g["method"] != "auto":
             return ""
-        s, d = it["crit"]
+        s, d = crit.s, crit.d
         at = torch.tensor([a, 0.0], dtype=torch.float64, device=s.device)
         dec = surrogate_decrease(at, s, curv, d)
         gain = float(dec[0] / dec[1]) - 1.0
@@ -145,7 +148,7 @@ class ExponentController:
             if gain >= mg:  # NaN (unresolved) falls through to a = 0 as well
                 return ""
             return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
-        low = self._gain_bound(a, it, gain, z)
+        low = self._gain_bound(a, it, crit, gain, z)
         if low >= mg:
             return ""
         return (
@@ -153,7 +156,9 @@ class ExponentController:
             "a = 0: Newton-Schulz"
         )
 
-    def _gain_bound(self, a: float, it: dict[str, Any], gain: float, z: float) -> float:
+    def _gain_bound(
+        self, a: float, it: LayerStep, crit: CriterionInputs, gain: float, z: float
+    ) -> float:
         r"""One-sided lower ``z`` confidence bound of the relative gain of ``a`` over a = 0.
 
         The surrogate's denominator :math:`w^\top[(U^\top\hat BU)\circ(V^\top\hat\Sigma V)]w`
@@ -165,14 +170,14 @@ class ExponentController:
         :math:`\exp(\log(1 + \text{gain}) - t_{z, n_{eff}-1}\,\text{s.e.}) - 1`, ``n_eff``
         the smaller Kish count of the two sides; fewer than 2 effective rows: ``-inf``.
         """
-        s, d = it["crit"]
-        red = self._reducer(it["P"].device)
+        s, d = crit.s, crit.d
+        red = self._reducer(it.P.device)
         var, n_eff = 0.0, math.inf
-        b = it.get("b")  # synchronised over ranks, so every rank takes the same sides
-        sides = [] if b is None else [(it.get("bz"), it["c"])]
+        b = crit.b  # synchronised over ranks, so every rank takes the same sides
+        sides = [] if b is None else [(crit.bz, crit.c)]
         xz = None  # a rank that recorded no input rows adds zeros to the sums
-        if it.get("x") is not None:
-            xz = it["x"].to(it["Vh"].dtype) @ it["Vh"].mT  # input rows in the V basis
+        if crit.x is not None and crit.Vh is not None:  # set together
+            xz = crit.x.to(crit.Vh.dtype) @ crit.Vh.mT  # input rows in the V basis
         if b is None:  # input-only curvature: the quadratic form is diag(c)
             b = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
             b = b.expand(*s.shape[:-1], -1, -1)
@@ -240,60 +245,65 @@ class ExponentController:
             stacklevel=3,
         )
 
-    def _prepare_criterion(self, it: dict[str, Any]) -> None:
-        p, g, st = it["p"], it["g"], self.state[it["p"]]
+    def _prepare_criterion(self, it: LayerStep) -> None:
+        """Take the hooks' rows for ``it``; on a due step, fill ``it.crit`` (and the factors
+        the update reuses; ``stats="next_batch"`` also on steps that only keep them)."""
+        p, g, st = it.p, it.group, self.state[it.p]
         X = self._collector.take(id(p))
-        Gout, it["fisher"] = self._collector.take_output(id(p))
+        Gout, fisher = self._collector.take_output(id(p))
         kfac = g.get("curvature", "kfac") == "kfac"
         U = None
         if g["stats"] == "next_batch":
             # this step's factors: used by the update (svd route) and kept for the next step
-            if it["snap"]:
-                it["factors"] = self._decompose(it)
+            if it.snap:
+                it.factors = self._decompose(it)
             else:
-                it["factors"] = svd_factors(it["P"]) if g["method"] == "svd" else None
-            if not it["due"]:
+                it.factors = svd_factors(it.P) if g["method"] == "svd" else None
+            if not it.due:
                 return
             s, Vh = st.pop("pending_s"), st.pop("pending_Vh")
             d = st.pop("pending_d", None)
             U = st.pop("pending_U", None)
         else:
             f = self._decompose(it)
-            it["factors"] = f
+            it.factors = f
             s, Vh, U = f.s, f.Vh, f.U
-            d = None if g["precondition"] is None else alignment(f.U, f.Vh, it["ghat"])
-        it["crit"] = (s, d)
-        it["c"], it["b"], it["bq"] = None, None, None
+            d = None if g["precondition"] is None else alignment(f.U, f.Vh, it.ghat)
         r = s.shape[-1]
         # shapes every rank agrees on (for the all-reduce), whatever it recorded
-        it["c_shape"] = (*s.shape, r) if kfac else (s.numel(),)
-        it["b_shape"] = (*s.shape, r) if kfac else None
-        it["bq_shape"] = (*s.shape[:-1], 2) if kfac else None
+        crit = it.crit = CriterionInputs(
+            s=s,
+            d=d,
+            c_shape=(*s.shape, r) if kfac else (s.numel(),),
+            b_shape=(*s.shape, r) if kfac else None,
+            bq_shape=(*s.shape[:-1], 2) if kfac else None,
+            fisher=fisher,
+        )
         if X is None:
             return
-        if X.shape[-1] != it["shape"][-1]:
+        if X.shape[-1] != it.shape[-1]:
             raise ValueError(
                 f"AdaptiveLMO, layer {self._names[id(p)]}: recorded features have "
-                f"{X.shape[-1]} columns, the matrix view {it['shape']} needs {it['shape'][-1]}"
+                f"{X.shape[-1]} columns, the matrix view {it.shape} needs {it.shape[-1]}"
             )
-        it["x"], it["Vh"] = X, Vh  # the cost rule's error estimate reads the input rows
+        crit.x, crit.Vh = X, Vh  # the cost rule's error estimate reads the input rows
         if not kfac:
-            it["c"] = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
+            crit.c = curvature_along(Vh, X.to(Vh.dtype)).reshape(-1)
             return
-        it["c"] = curvature_matrix(Vh, X.to(Vh.dtype))
+        crit.c = curvature_matrix(Vh, X.to(Vh.dtype))
         if Gout is not None and U is not None:
-            if Gout.shape[-1] != it["shape"][-2]:
+            if Gout.shape[-1] != it.shape[-2]:
                 raise ValueError(
                     f"AdaptiveLMO, layer {self._names[id(p)]}: recorded output gradients have "
-                    f"{Gout.shape[-1]} columns, the matrix view {it['shape']} needs "
-                    f"{it['shape'][-2]}"
+                    f"{Gout.shape[-1]} columns, the matrix view {it.shape} needs "
+                    f"{it.shape[-2]}"
                 )
             # the rows in the U basis: the factor's moments and the switch test's rows
-            it["bz"] = Gout.to(U.dtype) @ U
-            it["b"], q, k = row_moments(it["bz"])
-            it["bq"] = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
+            crit.bz = Gout.to(U.dtype) @ U
+            crit.b, q, k = row_moments(crit.bz)
+            crit.bq = torch.stack([q, torch.full_like(q, float(k))], dim=-1)
 
-    def _decompose(self, it: dict[str, Any]) -> SVDFactors:
+    def _decompose(self, it: LayerStep) -> SVDFactors:
         """The criterion step's factors of the direction: the checked Gram estimate or the SVD.
 
         ``spectral="gram"`` on the ``"auto"`` route (``method="svd"`` promises the exact SVD
@@ -303,7 +313,7 @@ class ExponentController:
         rejected estimate (0.65x an SVD at 256²,
         measured) every time. ``geometry()`` counts both routes.
         """
-        st, g, P = self.state[it["p"]], it["g"], it["P"]
+        st, g, P = self.state[it.p], it.group, it.P
         gram = g["method"] == "auto" and g.get("spectral", "svd") == "gram"
         if not gram or P.dtype == torch.float64 or st.get("gram_skip", 0) > 0:
             if gram and st.get("gram_skip", 0) > 0:
@@ -320,23 +330,25 @@ class ExponentController:
             st["spectral_exact"] = st.get("spectral_exact", 0) + 1
         return f
 
-    def _keep_factors(self, it: dict[str, Any]) -> None:
+    def _keep_factors(self, it: LayerStep) -> None:
         """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
-        st, f = self.state[it["p"]], it["factors"]
+        st, f = self.state[it.p], it.factors
+        assert f is not None  # a snap step always decomposes (_prepare_criterion)
         st["pending_s"], st["pending_Vh"] = f.s, f.Vh
-        if it["g"].get("curvature", "kfac") == "kfac":
+        if it.group.get("curvature", "kfac") == "kfac":
             st["pending_U"] = f.U
-        if it["g"]["precondition"] is not None:
-            st["pending_d"] = alignment(f.U, f.Vh, it["ghat"])
+        if it.group["precondition"] is not None:
+            st["pending_d"] = alignment(f.U, f.Vh, it.ghat)
 
-    def _sync_curvatures(self, items: list[dict[str, Any]]) -> None:
-        """Average each due layer's curvature statistics (``c``, and ``b`` for kfac) over ranks.
+    def _sync_curvatures(self, items: list[LayerStep]) -> None:
+        """Average each due layer's curvature statistics (``c``, and ``b``, ``bq`` for kfac)
+        over ranks (the fields named in :data:`adaptive_lmo.layer_step.SYNCED_STATS`).
 
         Every rank packs a fixed-shape slot per statistic (zeros and a 0 flag when it recorded
         none); the mean is over the ranks that recorded it. Non-finite statistics on any rank
         turn that statistic into NaN everywhere (the criterion then skips the layer).
         """
-        due = [it for it in items if it["due"]]
+        due = [it for it in items if it.due]
         if not (
             due
             and self.sync_stats
@@ -345,11 +357,17 @@ class ExponentController:
             and dist.get_world_size() > 1
         ):
             return
-        dev = due[0]["P"].device
-        slots = [(it, k) for it in due for k in ("c", "b", "bq") if it[f"{k}_shape"] is not None]
+        dev = due[0].P.device
+        # (layer's inputs, statistic, the shape every rank agrees on) per statistic to average
+        slots: list[tuple[CriterionInputs, str, tuple[int, ...]]] = []
+        for crit in [it.crit for it in due if it.crit is not None]:  # every due step's
+            for k in SYNCED_STATS:
+                shape = getattr(crit, f"{k}_shape")
+                if shape is not None:
+                    slots.append((crit, k, shape))
         flats, flags, bad = [], [], []
-        for it, k in slots:
-            t, shape = it[k], it[f"{k}_shape"]
+        for crit, k, shape in slots:
+            t = getattr(crit, k)
             n = math.prod(shape)
             if t is None:
                 flats.append(torch.zeros(n, dtype=torch.float64, device=dev))
@@ -365,26 +383,25 @@ class ExponentController:
         n = flat.numel()
         flat, fl, bd = packed[:n], packed[n : n + len(slots)], packed[n + len(slots) :]
         off = 0
-        for j, (it, k) in enumerate(slots):
-            shape = it[f"{k}_shape"]
+        for j, (crit, k, shape) in enumerate(slots):
             seg = flat[off : off + math.prod(shape)].reshape(shape)
             off += math.prod(shape)
-            dtype = it["crit"][0].dtype
+            dtype = crit.s.dtype
             if float(bd[j]) > 0:
-                it[k] = torch.full_like(seg, math.nan).to(dtype)
+                setattr(crit, k, torch.full_like(seg, math.nan).to(dtype))
             elif float(fl[j]) > 0:
                 seg = seg / fl[j]
                 if k == "bq":  # (mean of |z|^4, rows): the row counts add up over ranks
                     seg = torch.stack([seg[..., 0], seg[..., 1] * fl[j]], dim=-1)
                     dtype = torch.float64
-                it[k] = seg.to(dtype)
+                setattr(crit, k, seg.to(dtype))
             else:
-                it[k] = None
+                setattr(crit, k, None)
 
-    def _choose_exponent(self, it: dict[str, Any]) -> None:
-        p, g, st = it["p"], it["g"], self.state[it["p"]]
-        s, d = it["crit"]
-        if it["c"] is None:
+    def _choose_exponent(self, it: LayerStep, crit: CriterionInputs) -> None:
+        p, g, st = it.p, it.group, self.state[it.p]
+        s, d = crit.s, crit.d
+        if crit.c is None:
             if "exponent" in st and st.get("source", "").startswith(("criterion", "kept")):
                 st["source"] = f"kept: no activations recorded at step {st['step']}"
                 self._warn(p, "noact", "no activations recorded; keeping its last exponent")
@@ -403,9 +420,9 @@ class ExponentController:
             # the scored direction is rounding noise: its statistics say nothing (README)
             st["source"] = f"kept: direction below direction_floor at step {st['step']}"
             return
-        curv, how = it["c"], ""
+        curv, how = crit.c, ""
         if g.get("curvature", "kfac") == "kfac":
-            if it.get("b") is None:
+            if crit.b is None:
                 curv = torch.diagonal(curv, dim1=-2, dim2=-1).reshape(-1)
                 how = ", input only: no output gradients recorded"
                 if id(p) in self._collector.hooked:
@@ -416,15 +433,15 @@ class ExponentController:
                         "output did not require grad or no backward ran); using input statistics",
                     )
             else:
-                b = it["b"]
-                if it.get("bq") is not None:
-                    bq = it["bq"]
+                b = crit.b
+                if crit.bq is not None:
+                    bq = crit.bq
                     rho = ledoit_wolf_shrinkage(b, bq[..., 0], bq[..., 1])
                     st["output_shrinkage"] = float(rho.mean())
                     if g.get("shrinkage", "none") == "ledoit_wolf":
                         b = shrink_to_identity(b, rho)
-                curv, how = b * curv, (", kfac, sampled Fisher" if it["fisher"] else ", kfac")
-        it["curv"] = curv
+                curv, how = b * curv, (", kfac, sampled Fisher" if crit.fisher else ", kfac")
+        crit.curv = curv
         try:
             a = choose_exponent(s, curv, d, rule=g["criterion"])
         except ValueError as e:
@@ -433,8 +450,8 @@ class ExponentController:
             self._warn(p, "bad", f"criterion skipped ({e}); keeping exponent {st['exponent']}")
             return
         # float64 takes the exact SVD at a = 0 as well: no cost to weigh
-        costed = it["P"].dtype != torch.float64
-        cost = self._cost_rule(a, it, curv) if costed else ""
+        costed = it.P.dtype != torch.float64
+        cost = self._cost_rule(a, it, crit, curv) if costed else ""
         if cost:
             a = 0.0
         z = g.get("switch_confidence", 0.0)
@@ -449,13 +466,13 @@ class ExponentController:
             # too few effective rows for the r x r output factor: change only when the
             # surrogate's gain is resolved against its row-sampling error (README)
             gain, se, n_eff = switch_gain(
-                a, old, s, it.get("bz"), it["c"], d, reduce=self._reducer(it["P"].device)
+                a, old, s, crit.bz, crit.c, d, reduce=self._reducer(it.P.device)
             )
             if not n_eff >= s.shape[-1]:  # NaN (nothing resolved) is tested, and kept
                 df = math.floor(n_eff) - 1 if math.isfinite(n_eff) else 0
                 thr = t_quantile(z, df) * se if df >= 1 else math.inf
                 # a kept exponent off 0 must still pay for its SVDs (else: a = 0, cheaply)
-                drop = self._cost_rule(old, it, curv) if costed and not gain > thr else ""
+                drop = self._cost_rule(old, it, crit, curv) if costed and not gain > thr else ""
                 if drop:
                     a, cost = 0.0, drop
                 elif not gain > thr:

@@ -70,6 +70,7 @@ from .criterion import preload_quantiles
 from .fisher import FISHER_LOSSES, sample_output_gradient
 from .fractional import lmo_direction, schatten_p
 from .groups import groups_from_params, split_fixed
+from .layer_step import LayerStep
 from .moments import adamw_update, any_nonfinite, direction, nonfinite_names
 from .options import (
     NONFINITE,
@@ -623,25 +624,24 @@ class AdaptiveLMO(ExponentController, Optimizer):
         work = self._checked_work()
         if work is None:  # a non-finite gradient and nonfinite="skip": nothing changes
             return loss
-        items: list[dict[str, Any]] = []
+        items: list[LayerStep] = []
         for p, g in work:
             if g["algorithm"] == "adamw":
                 adamw_update(p, p.grad, self.state[p], g)
                 continue
             shape = matrix_shape(tuple(p.shape), self._view(p, g))
             P, ghat = direction(self.state[p], p.grad, g, shape)
-            it = {"p": p, "g": g, "P": P, "ghat": ghat, "shape": shape, "factors": None}
             auto = g["exponent"] == "auto"
             fresh = self._fresh(self.state[p], g, self.state[p]["step"])
             if auto and fresh:  # the criterion's spacing (backoff) is counted from here
                 self._mark_snap(self.state[p], g)
             if g["stats"] == "next_batch":
                 # choose with the factors kept from an earlier step; keep this step's
-                it["due"] = auto and "pending_Vh" in self.state[p]
-                it["snap"] = auto and fresh
+                due, snap = auto and "pending_Vh" in self.state[p], auto and fresh
             else:
-                it["due"], it["snap"] = auto and fresh, False
-            if it["due"] or it["snap"]:
+                due, snap = auto and fresh, False
+            it = LayerStep(p=p, group=g, P=P, ghat=ghat, shape=shape, due=due, snap=snap)
+            if due or snap:
                 self._prepare_criterion(it)
                 items.append(it)
             else:  # apply at once: only criterion steps hold every layer's direction
@@ -649,7 +649,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
         self._sync_curvatures(items)
         for it in items:
             self._apply(it)
-            if it["snap"]:
+            if it.snap:
                 self._keep_factors(it)
         self._collector.clear()
         self._refresh_due()
@@ -724,11 +724,11 @@ class AdaptiveLMO(ExponentController, Optimizer):
         seen = self._validated.get(id(g))
         return seen is None or seen[0] is not g or seen[1] != option_fingerprint(g)
 
-    def _apply(self, it: dict[str, Any]) -> None:
-        p, g = it["p"], it["g"]
+    def _apply(self, it: LayerStep) -> None:
+        p, g = it.p, it.group
         st = self.state[p]
         if g["exponent"] == "auto":
-            if it["due"]:
+            if it.due:
                 self._choose(it)
             elif "exponent" not in st:  # stats="next_batch": the first choice is on step 2
                 st["exponent"] = g["fallback_exponent"]
@@ -742,11 +742,11 @@ class AdaptiveLMO(ExponentController, Optimizer):
         if a == 0.0 and method == "auto" and st.get("exact_a0"):
             method = "svd"  # Newton-Schulz measured too inexact for this layer (controller)
         D, fell_back = lmo_direction(
-            it["P"],
+            it.P,
             a,
             method=method,
             scale=g["scale"],
-            factors=it["factors"],
+            factors=it.factors,
             check_finite=False,
         )
         if fell_back:
@@ -759,7 +759,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
         floor = g.get("direction_floor", 0.0)
         if floor > 0:
             # unconditional (x * 1.0 is exact): a data-dependent branch would sync a GPU
-            nrm = torch.linalg.vector_norm(it["P"], dim=(-2, -1), keepdim=True)
+            nrm = torch.linalg.vector_norm(it.P, dim=(-2, -1), keepdim=True)
             factor = (nrm / floor).clamp_(max=1.0)
             D = D * (factor if factor.dtype == D.dtype else factor.to(D.dtype))
         lr = g["lr"]
@@ -768,5 +768,5 @@ class AdaptiveLMO(ExponentController, Optimizer):
         D = D.reshape(p.shape)
         p.add_(
             D if D.dtype == p.dtype else D.to(p.dtype),
-            alpha=-lr * adjust_lr_factor(g["adjust_lr_fn"], it["shape"]),
+            alpha=-lr * adjust_lr_factor(g["adjust_lr_fn"], it.shape),
         )
