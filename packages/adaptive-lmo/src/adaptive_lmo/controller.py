@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from shared_core.polar import default_rtol
+
 from .criterion import (
     GRID_POINTS,
     alignment,
@@ -39,6 +41,7 @@ from .criterion import (
 )
 from .fractional import SVDFactors, ns_spectrum, svd_factors
 from .layer_step import SYNCED_STATS, CriterionInputs, LayerStep
+from .mixture import mixture_loss
 from .spectral import criterion_factors
 
 __all__ = ["ExponentController"]
@@ -85,6 +88,7 @@ class ExponentController:
         assert crit is not None  # chosen on due steps only, which _prepare_criterion filled
         self._choose_exponent(it, crit)
         self._exact_rule(it, crit)
+        self._mixture_rule(it, crit)
         new = st.get("exponent")
         stable = (
             old is not None
@@ -127,6 +131,49 @@ class ExponentController:
             st["exact_a0"] = True
             st["source"] += f"; exact polar at a = 0 (Newton-Schulz loses {loss:.2%})"
 
+    def _mixture_rule(self, it: LayerStep, crit: CriterionInputs) -> None:
+        """Whether this layer's steps off a = 0 take the Newton-Schulz mixture until the next
+        choice, instead of an SVD per step (``method="auto"``).
+
+        The weights are fitted on the criterion's spectrum and the realised bfloat16
+        combination is scored by the surrogate with the criterion's own statistics against
+        the exact member (:func:`adaptive_lmo.mixture.mixture_loss`); it stands when it
+        loses less than ``min_gain``, the price the cost rule puts on an SVD per step (so an
+        SVD per step is paid only for a resolved ``min_gain`` of predicted decrease).
+        """
+        st, g = self.state[it.p], it.group
+        for k in ("mixture", "mixture_a", "mixture_loss"):
+            st.pop(k, None)
+        a = st.get("exponent")
+        if (
+            g["method"] != "auto"
+            or a is None
+            or a in (0.0, 1.0)
+            or it.P.dtype == torch.float64  # float64 keeps the exact route everywhere
+            or crit.curv is None
+            or crit.U is None
+            or crit.Vh is None
+        ):
+            return
+        m, n = it.shape[-2:]
+        curv_in = crit.c if crit.b_used is not None else crit.curv
+        w, loss = mixture_loss(
+            crit.U,
+            crit.s,
+            crit.Vh,
+            a,
+            g["scale"],
+            default_rtol(m, n, it.P.dtype),
+            crit.d,
+            curv_in,
+            crit.b_used,
+        )
+        st["mixture_loss"] = loss
+        if loss < g.get("min_gain", 0.0):
+            # Python floats for one matrix: the per-step sum then needs no device read
+            st["mixture"] = w.tolist() if w.ndim == 1 else w.to(it.P.device)
+            st["mixture_a"] = a
+
     def _cost_rule(self, a: float, it: LayerStep, crit: CriterionInputs, curv: Tensor) -> str:
         """``""`` when ``a`` pays for its per-step SVD, else why the layer takes a = 0.
 
@@ -144,8 +191,11 @@ class ExponentController:
         at = torch.tensor([a, 0.0], dtype=torch.float64, device=s.device)
         dec = surrogate_decrease(at, s, curv, d)
         gain = float(dec[0] / dec[1]) - 1.0
-        if z <= 0:
-            if gain >= mg:  # NaN (unresolved) falls through to a = 0 as well
+        if z <= 0 or not gain >= mg:
+            # the lower bound never exceeds the estimate (t quantile and s.e. >= 0), so a
+            # point gain below min_gain decides without the bound's row sums (half of a
+            # criterion step's cost, docs/overhead.md); NaN (unresolved) goes to a = 0 too
+            if gain >= mg:
                 return ""
             return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
         low = self._gain_bound(a, it, crit, gain, z)
@@ -278,6 +328,7 @@ class ExponentController:
             b_shape=(*s.shape, r) if kfac else None,
             bq_shape=(*s.shape[:-1], 2) if kfac else None,
             fisher=fisher,
+            U=U,
         )
         if X is None:
             return
@@ -334,9 +385,7 @@ class ExponentController:
         """``stats="next_batch"``: keep this step's s, V^T (and d) for the next step's sketch."""
         st, f = self.state[it.p], it.factors
         assert f is not None  # a snap step always decomposes (_prepare_criterion)
-        st["pending_s"], st["pending_Vh"] = f.s, f.Vh
-        if it.group.get("curvature", "kfac") == "kfac":
-            st["pending_U"] = f.U
+        st["pending_s"], st["pending_Vh"], st["pending_U"] = f.s, f.Vh, f.U
         if it.group["precondition"] is not None:
             st["pending_d"] = alignment(f.U, f.Vh, it.ghat)
 
@@ -441,6 +490,7 @@ class ExponentController:
                     if g.get("shrinkage", "none") == "ledoit_wolf":
                         b = shrink_to_identity(b, rho)
                 curv, how = b * curv, (", kfac, sampled Fisher" if crit.fisher else ", kfac")
+                crit.b_used = b
         crit.curv = curv
         try:
             a = choose_exponent(s, curv, d, rule=g["criterion"])

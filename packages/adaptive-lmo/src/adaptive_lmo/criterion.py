@@ -474,15 +474,20 @@ def switch_gain(
     w_new = (s64 / s64.amax(-1, keepdim=True)).pow(a_new)
     w_old = (s64 / s64.amax(-1, keepdim=True)).pow(a_old)
     n_new, n_old = (d64 * w_new).sum(), (d64 * w_old).sum()
+    # the k x r x r row products in the statistics' own precision (float32 for float32
+    # layers: a standard error needs no float64, and they were half of a criterion step);
+    # the sums over rows below are float64
+    rd = torch.float64 if torch.float64 in (s.dtype, C.dtype) else torch.float32
+    Cr = C64.to(rd)
 
-    def rows(Z64: Tensor, w: Tensor) -> Tensor:
-        Y = Z64 * w.unsqueeze(-2)  # (..., k, r): z_t o s^a
-        f = ((Y @ C64) * Y).sum(-1)  # (..., k)
+    def rows(Zr: Tensor, w: Tensor) -> Tensor:
+        Y = Zr * w.to(rd).unsqueeze(-2)  # (..., k, r): z_t o s^a
+        f = ((Y @ Cr) * Y).sum(-1).to(torch.float64)  # (..., k)
         return f.reshape(-1, f.shape[-1]).sum(0)  # a batched view sums its blocks per row
 
     if Z is not None and Z.shape[-2] > 0:
-        Z64 = Z.to(torch.float64)
-        f_new, f_old = rows(Z64, w_new), rows(Z64, w_old)
+        Zr = Z.to(rd)
+        f_new, f_old = rows(Zr, w_new), rows(Zr, w_old)
         tot = torch.stack(
             [
                 f_new.sum(),

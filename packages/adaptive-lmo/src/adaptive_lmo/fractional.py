@@ -63,7 +63,14 @@ import torch
 from torch import Tensor
 
 from shared_core.lmo import dual_exponent
-from shared_core.polar import coefficients_for, default_rtol, msign, significant, spectral_power
+from shared_core.polar import (
+    coefficients_for,
+    default_rtol,
+    msign,
+    newton_schulz_spectra,
+    significant,
+    spectral_power,
+)
 
 __all__ = [
     "METHODS",
@@ -244,9 +251,4 @@ def ns_spectrum(s: Tensor) -> Tensor:
     stay far below 1, which is what the cost rule weighs (controller, ``exact_a0``). The
     bfloat16 rounding of the real routine is not modelled. float64.
     """
-    x = s.to(torch.float64)
-    x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-300)
-    for a, b, c in coefficients_for(NS_TABLE, NS_STEPS):
-        x2 = x * x
-        x = x * (a + x2 * (b + c * x2))
-    return x
+    return newton_schulz_spectra(s, coefficients_for(NS_TABLE, NS_STEPS))[..., -1]

@@ -67,6 +67,12 @@ class CriterionInputs:
     # the curvature choose_exponent received: b * c for kfac, else diag(c) flattened; set by
     # _choose_exponent when it reaches the criterion (read by the exact-polar rule)
     curv: Tensor | None = None
+    # the left factors U the statistics were taken in, (*batch, m, r), when known (the
+    # mixture rule rebuilds the scored direction from U, s, V^T)
+    U: Tensor | None = None
+    # the output factor in curv after shrinkage, (*batch, r, r); None without output rows
+    # (set with curv; read by the mixture rule, which needs both factors apart)
+    b_used: Tensor | None = None
 
 
 @dataclass(slots=True)

@@ -63,14 +63,16 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from shared_core.polar import msign
 from shared_core.routing import AUX_ADAMW
 
 from .controller import ExponentController
 from .criterion import preload_quantiles
 from .fisher import FISHER_LOSSES, sample_output_gradient
-from .fractional import lmo_direction, schatten_p
+from .fractional import NS_DTYPE, NS_STEPS, NS_TABLE, lmo_direction, schatten_p
 from .groups import groups_from_params, split_fixed
 from .layer_step import LayerStep
+from .mixture import mixed_member
 from .moments import adamw_update, any_nonfinite, direction, nonfinite_names
 from .options import (
     NONFINITE,
@@ -174,10 +176,13 @@ class AdaptiveLMO(ExponentController, Optimizer):
             overhead benchmark's momenta (condition 3e3-1e5) fail the check every time
             (docs/overhead.md).
         method: ``"auto"`` (default: a = 0 steps outside criterion steps by torch.optim.Muon's
-            routine, five bfloat16 Newton-Schulz steps, the SVD elsewhere; float64 always
-            exact), ``"svd"`` (exact everywhere) or ``"iterative"`` (matmul-only fractional
-            power; a step whose iteration does not converge takes the SVD, with one warning per
-            layer). See :mod:`adaptive_lmo.fractional`.
+            routine, five bfloat16 Newton-Schulz steps; a layer the criterion put at
+            0 < a < 1 takes a fitted sum of those iterates until its next choice when the
+            surrogate scores it within ``min_gain`` of the exact member
+            (:mod:`adaptive_lmo.mixture`), else the SVD; criterion steps and fixed exponents
+            take the SVD; float64 always exact), ``"svd"`` (exact everywhere) or
+            ``"iterative"`` (matmul-only fractional power; a step whose iteration does not
+            converge takes the SVD, with one warning per layer). See :mod:`adaptive_lmo.fractional`.
         scale: ``"polar"`` (every exponent has the polar factor's Frobenius norm),
             ``"spectral"`` (its spectral norm: no member steps further than Muon in any
             direction) or ``"none"``.
@@ -537,14 +542,19 @@ class AdaptiveLMO(ExponentController, Optimizer):
 
         Returns:
             ``{name: {"exponent", "schatten_p", "source", "steps", "matrix_shape",
-            "output_shrinkage", "exact_polar", "spectral_estimated", "spectral_exact"}}``;
+            "output_shrinkage", "exact_polar", "spectral_estimated", "spectral_exact",
+            "mixture", "mixture_loss"}}``;
             ``exponent`` is None before the first
             step of an ``"auto"`` layer; ``output_shrinkage`` is the Ledoit-Wolf weight of the
             last K-FAC choice (mean over a batched view), None when there was none;
             ``exact_polar``: this layer's a = 0 steps take the exact polar factor instead of
             Newton-Schulz (``method="auto"``: the criterion found it pays ``min_gain``);
             ``spectral_estimated`` / ``spectral_exact``: criterion decompositions taken by the
-            checked Gram estimate / by the SVD (``spectral="gram"``).
+            checked Gram estimate / by the SVD (``spectral="gram"``); ``mixture``: this layer's
+            steps off a = 0 between criterion steps take the weighted Newton-Schulz iterates
+            (:mod:`adaptive_lmo.mixture`) instead of an SVD, and ``mixture_loss`` is the
+            surrogate decrease the realised mixture lost against the exact member at the last
+            choice (None where not scored).
         """
         out: dict[str, dict[str, Any]] = {}
         for g in self.param_groups:
@@ -563,6 +573,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
                     "exact_polar": bool(st.get("exact_a0", False)),
                     "spectral_estimated": st.get("spectral_estimated", 0),
                     "spectral_exact": st.get("spectral_exact", 0),
+                    "mixture": "mixture" in st,
+                    "mixture_loss": st.get("mixture_loss"),
                 }
         return out
 
@@ -741,14 +753,32 @@ class AdaptiveLMO(ExponentController, Optimizer):
         method = g["method"]
         if a == 0.0 and method == "auto" and st.get("exact_a0"):
             method = "svd"  # Newton-Schulz measured too inexact for this layer (controller)
-        D, fell_back = lmo_direction(
-            it.P,
-            a,
-            method=method,
-            scale=g["scale"],
-            factors=it.factors,
-            check_finite=False,
+        # the weights are the criterion's for this very exponent (a group switched to a fixed
+        # exponent after construction must not reuse them)
+        mix = (
+            st.get("mixture")
+            if method == "auto" and it.factors is None and st.get("mixture_a") == a
+            else None
         )
+        if a == 0.0 and method == "auto" and it.factors is None and it.P.dtype != torch.float64:
+            # torch Muon's step to the bit, and like torch the bfloat16 factor is added to the
+            # parameter as it is (no float32 copy: a pass over the matrix saved)
+            D = msign(
+                it.P.to(NS_DTYPE), NS_TABLE, steps=NS_STEPS, dtype=NS_DTYPE, check_finite=False
+            )
+            fell_back = False
+        elif mix is not None and 0.0 < a < 1.0:
+            # the criterion found the Newton-Schulz mixture within min_gain of this member
+            D, fell_back = mixed_member(it.P, mix, a, g["scale"]), False
+        else:
+            D, fell_back = lmo_direction(
+                it.P,
+                a,
+                method=method,
+                scale=g["scale"],
+                factors=it.factors,
+                check_finite=False,
+            )
         if fell_back:
             self._warn(
                 p,
@@ -756,17 +786,22 @@ class AdaptiveLMO(ExponentController, Optimizer):
                 "method='iterative' did not converge on this direction (rank-deficient or "
                 "ill-conditioned); the step used the SVD (and will whenever this recurs)",
             )
+        lr = g["lr"]
+        if g["weight_decay"] != 0:
+            p.mul_(1 - lr * g["weight_decay"])
+        alpha = -lr * adjust_lr_factor(g["adjust_lr_fn"], it.shape)
         floor = g.get("direction_floor", 0.0)
         if floor > 0:
             # unconditional (x * 1.0 is exact): a data-dependent branch would sync a GPU
             nrm = torch.linalg.vector_norm(it.P, dim=(-2, -1), keepdim=True)
             factor = (nrm / floor).clamp_(max=1.0)
-            D = D * (factor if factor.dtype == D.dtype else factor.to(D.dtype))
-        lr = g["lr"]
-        if g["weight_decay"] != 0:
-            p.mul_(1 - lr * g["weight_decay"])
+            # a bfloat16 D widens to float32 inside the product: one pass, no separate copy
+            D = D * factor
         D = D.reshape(p.shape)
-        p.add_(
-            D if D.dtype == p.dtype else D.to(p.dtype),
-            alpha=-lr * adjust_lr_factor(g["adjust_lr_fn"], it.shape),
-        )
+        p.add_(D if self._adds_directly(D, p) else D.to(p.dtype), alpha=alpha)
+
+    @staticmethod
+    def _adds_directly(D: Tensor, p: Tensor) -> bool:
+        """Whether ``D`` goes into ``p`` without a conversion: same dtype, or torch Muon's
+        bfloat16 factor into a float32 parameter (exact: bfloat16 widens to float32)."""
+        return D.dtype == p.dtype or (D.dtype == torch.bfloat16 and p.dtype == torch.float32)

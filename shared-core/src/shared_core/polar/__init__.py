@@ -3,7 +3,9 @@ r"""Polar factor, fractional spectral powers and SPD matrix functions.
 - :func:`msign`: the polar factor :math:`UV^\top` (matrix sign for symmetric input) by
   Newton-Schulz with a named coefficient table (:data:`NS_TABLES`: ``"muon"``,
   ``"polar_express"``, ``"rms5"``), exactly by SVD/eigh, or ``"auto"``; batched.
-- :func:`newton_schulz`: the iteration itself, for any list of quintic coefficients.
+- :func:`newton_schulz`: the iteration itself, for any list of quintic coefficients;
+  :func:`newton_schulz_combination`: a weighted sum of its iterates (a spectral function
+  fitted through :func:`newton_schulz_spectra`, e.g. a fractional power without an SVD).
 - :func:`spectral_power`: :math:`U\,\mathrm{diag}((s/\|G\|_F)^a)\,V^\top` for ``a`` in [0, 1]
   (0: msign, 1: ``G / ||G||_F``), by SVD or by matmul-only iterations.
 - :func:`sqrtm`, :func:`inv_sqrtm`, :func:`powm_sym`, :func:`logm_sym`, :func:`expm_sym`:
@@ -37,7 +39,12 @@ from .coefficients import (
 )
 from .fractional import spectral_power
 from .msign import METHODS, auto_method, eigh_sign, gram_polar, msign, svd_polar
-from .newton_schulz import newton_schulz, normalize_frobenius
+from .newton_schulz import (
+    newton_schulz,
+    newton_schulz_combination,
+    newton_schulz_spectra,
+    normalize_frobenius,
+)
 from .spd import expm_sym, inv_sqrtm, logm_sym, powm_sym, sqrtm
 
 __all__ = [
@@ -58,6 +65,8 @@ __all__ = [
     "minimax_odd_quintic",
     "msign",
     "newton_schulz",
+    "newton_schulz_combination",
+    "newton_schulz_spectra",
     "normalize_frobenius",
     "polar_express_coefficients",
     "powm_sym",

@@ -23,7 +23,7 @@ On CUDA each step is ``torch.ops.shared_core.ns_step`` (Triton SYRK kernels,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -34,7 +34,12 @@ from shared_core.kernels.ns_step import ns_step_reference
 from ._checks import check_finite as _check_finite
 from ._checks import check_matrix, iteration_dtype
 
-__all__ = ["newton_schulz", "normalize_frobenius"]
+__all__ = [
+    "newton_schulz",
+    "newton_schulz_combination",
+    "newton_schulz_spectra",
+    "normalize_frobenius",
+]
 
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -113,24 +118,154 @@ def newton_schulz(
         >>> torch.allclose(X, torch.eye(2), atol=1e-4)
         True
     """
-    G = check_matrix(G, "newton_schulz")
     coeffs = _check_coefficients(coefficients)
-    if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 1):
-        raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
-    if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
-    it_dtype = iteration_dtype(G, dtype)
-    X = G.to(it_dtype)
-    transposed = X.shape[-2] > X.shape[-1]
-    if transposed:
-        X = X.mT
-    X = normalize_frobenius(X, margin=margin, eps=eps, check_finite=check_finite)
-    if X.is_cuda and HAS_TRITON and it_dtype in _KERNEL_DTYPES:
-        step = torch.ops.shared_core.ns_step
-    else:
-        step = ns_step_reference
+    X, transposed = _normalised(G, margin, eps, dtype, check_finite, "newton_schulz")
+    step = _step_for(X)
     for a, b, c in coeffs:
         X = step(X, a, b, c)
     if transposed:
         X = X.mT
     return X.to(G.dtype)
+
+
+def _normalised(
+    G: Tensor,
+    margin: float,
+    eps: float,
+    dtype: torch.dtype | None,
+    check_finite: bool,
+    what: str,
+) -> tuple[Tensor, bool]:
+    """Checks, the iteration dtype, the wide orientation and the normalisation: ``X_0``."""
+    G = check_matrix(G, what)
+    if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 1):
+        raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
+    if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+    X = G.to(iteration_dtype(G, dtype))
+    transposed = X.shape[-2] > X.shape[-1]
+    if transposed:
+        X = X.mT
+    return normalize_frobenius(X, margin=margin, eps=eps, check_finite=check_finite), transposed
+
+
+def _step_for(X: Tensor) -> Callable[[Tensor, float, float, float], Tensor]:
+    if X.is_cuda and HAS_TRITON and X.dtype in _KERNEL_DTYPES:
+        return torch.ops.shared_core.ns_step
+    return ns_step_reference
+
+
+def newton_schulz_spectra(
+    s: Tensor, coefficients: Sequence[Sequence[float]], *, margin: float = 1.0
+) -> Tensor:
+    r"""The singular values of every Newton-Schulz iterate, in exact arithmetic (float64).
+
+    Newton-Schulz keeps the singular vectors and maps each normalised singular value by the
+    same odd polynomial per step, so the iterates of :func:`newton_schulz` are
+    :math:`X_k = U f_k(\hat s) V^\top` with :math:`\hat s = s / (\|s\|_2\,\text{margin})` and
+    :math:`f_k` the composition of the first ``k`` quintics (:math:`f_0(x) = x`). The
+    normalisation's ``eps`` floor (which only acts on matrices of norm below ``eps``) and the
+    rounding of the iteration dtype are not modelled.
+
+    Args:
+        s: ``(..., r)`` non-negative singular values.
+        coefficients: the steps' ``(a, b, c)``, as for :func:`newton_schulz`.
+        margin: the normalisation margin, as for :func:`newton_schulz`.
+
+    Returns:
+        ``(..., r, K + 1)`` float64: column ``k`` holds :math:`f_k(\hat s)`.
+
+    Example:
+        >>> f = newton_schulz_spectra(torch.tensor([3.0, 4.0]), [(1.5, -0.5, 0.0)])
+        >>> f[:, 0].tolist(), [round(v, 4) for v in f[:, 1].tolist()]
+        ([0.6, 0.8], [0.792, 0.944])
+    """
+    coeffs = _check_coefficients(coefficients)
+    x = s.to(torch.float64)
+    x = x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) * margin).clamp_min(1e-300)
+    out = [x]
+    for a, b, c in coeffs:
+        x2 = x * x
+        x = x * (a + x2 * (b + c * x2))
+        out.append(x)
+    return torch.stack(out, dim=-1)
+
+
+def newton_schulz_combination(
+    G: Tensor,
+    coefficients: Sequence[Sequence[float]],
+    weights: Tensor | Sequence[float],
+    *,
+    margin: float = 1.0,
+    eps: float = 1e-7,
+    dtype: torch.dtype | None = None,
+    check_finite: bool = True,
+) -> Tensor:
+    r"""A linear combination of the Newton-Schulz iterates: :math:`\sum_k w_k X_k`.
+
+    By :func:`newton_schulz_spectra` this is the spectral function
+    :math:`U\,\mathrm{diag}\big(\sum_k w_k f_k(\hat s)\big)\,V^\top` of ``G``: with weights
+    fitted to a target map of the singular values (e.g. :math:`\hat s^a`) it applies that map
+    at the cost of :func:`newton_schulz` plus one scaled addition per iterate, without an SVD.
+    The iterates are computed exactly as by :func:`newton_schulz` (same normalisation, dtype
+    and step kernel) and summed in float32 (float64 for float64 input).
+
+    Args:
+        G: ``(..., m, n)`` real floating tensor.
+        coefficients: ``K`` quintic steps ``(a, b, c)``.
+        weights: ``K + 1`` numbers shared by every matrix (a sequence of floats: scaled
+            additions, no device-to-host read) or a tensor of shape ``(K + 1,)`` or
+            ``(..., K + 1)`` (one row per matrix of the batch); entry 0 multiplies the
+            normalised input :math:`X_0`.
+        margin, eps, dtype, check_finite: as for :func:`newton_schulz`.
+
+    Returns:
+        Shaped like ``G``; float64 for float64 input, else float32.
+
+    Raises:
+        ValueError: as :func:`newton_schulz`; ``weights`` of the wrong length or shape, or
+            not finite.
+
+    Example:
+        >>> G = torch.randn(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> C = [(1.5, -0.5, 0.0)] * 2
+        >>> Y = newton_schulz_combination(G, C, [0.0, 0.0, 1.0])
+        >>> torch.allclose(Y, newton_schulz(G, C, dtype=torch.float64))
+        True
+        >>> torch.equal(newton_schulz_combination(G, C, torch.tensor([0.0, 0.0, 1.0])), Y)
+        True
+    """
+    coeffs = _check_coefficients(coefficients)
+    X, transposed = _normalised(G, margin, eps, dtype, check_finite, "newton_schulz_combination")
+    acc_dtype = torch.float64 if G.dtype == torch.float64 else torch.float32
+    k1 = len(coeffs) + 1
+    if isinstance(weights, Tensor):
+        if weights.shape[-1:] != (k1,) or (
+            weights.ndim > 1 and tuple(weights.shape[:-1]) != tuple(G.shape[:-2])
+        ):
+            raise ValueError(
+                f"weights must have shape ({k1},) or G's batch + ({k1},) = "
+                f"{(*G.shape[:-2], k1)}, got {tuple(weights.shape)}"
+            )
+        if check_finite and not bool(torch.isfinite(weights).all()):
+            raise ValueError("newton_schulz_combination got non-finite weights")
+        w = weights.to(device=G.device, dtype=acc_dtype)
+        w = w.reshape(*w.shape[:-1], 1, 1, k1) if w.ndim > 1 else w
+        scaled = [lambda Y, k=k: Y.to(acc_dtype) * w[..., k] for k in range(k1)]
+    else:
+        ws = [float(v) for v in weights]
+        if len(ws) != k1 or not all(math.isfinite(v) for v in ws):
+            raise ValueError(f"weights must be {k1} finite numbers, got {weights!r}")
+        scaled = None
+    step = _step_for(X)
+    if scaled is not None:  # one row of weights per matrix: tensor products, no host read
+        acc = scaled[0](X)
+        for k, (a, b, c) in enumerate(coeffs, start=1):
+            X = step(X, a, b, c)
+            acc.add_(scaled[k](X))
+    else:  # shared Python weights: scaled additions straight from the iteration dtype
+        acc = X.to(acc_dtype, copy=True).mul_(ws[0])
+        for k, (a, b, c) in enumerate(coeffs, start=1):
+            X = step(X, a, b, c)
+            acc.add_(X, alpha=ws[k])
+    return acc.mT if transposed else acc
