@@ -24,7 +24,7 @@ import torch
 from torch.optim._muon import _zeropower_via_newtonschulz
 
 from adaptive_lmo.fractional import lmo_direction
-from adaptive_lmo.mixture import fit_weights, mixed_member, target_spectrum
+from adaptive_lmo.mixture import fit_weights, mixed_member, polar_norm, target_spectrum
 from shared_core.bench import compare, write_json
 from shared_core.polar import coefficients_for, default_rtol, newton_schulz_spectra
 
@@ -54,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         U, s, Vh = torch.linalg.svd(P.double(), full_matrices=False)
         rtol = default_rtol(w, w, torch.float32)
         weights = fit_weights(s, args.a, "polar", rtol).tolist()
+        fro = polar_norm(s, "polar", rtol)  # the optimizer restores sqrt(k) on every step
         base = lambda P=P: _zeropower_via_newtonschulz(P, MUON_ABC, 5, 1e-7)  # noqa: E731
         params = {"m": w, "n": w, "a": args.a, "dtype": "float32"}
         for name, cand in (
-            ("mixture", lambda P=P, wt=weights: mixed_member(P, wt, args.a, "polar")),
+            ("mixture", lambda P=P, wt=weights, f=fro: mixed_member(P, wt, args.a, "polar", f)),
             ("svd", lambda P=P: lmo_direction(P, args.a, method="svd", check_finite=False)),
         ):
             r = compare(
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"w={w} {name}: {r.ratio_median:.2f}x [{r.ratio_min:.2f}, {r.ratio_max:.2f}]")
         t = target_spectrum(s, args.a, "polar", rtol)
         exact = (U * t) @ Vh
-        D = mixed_member(P, weights, args.a, "polar").double()
+        D = mixed_member(P, weights, args.a, "polar", fro).double()
         fit = torch.linalg.vector_norm(
             newton_schulz_spectra(s, coeffs) @ torch.tensor(weights, dtype=torch.float64) - t
         )

@@ -8,10 +8,13 @@ the stated rule (spacing ``update_every * 2**min(j, backoff)``, j stable choices
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
 
+import adaptive_lmo.controller as controller
 from adaptive_lmo import AdaptiveLMO
 from adaptive_lmo.criterion import choose_exponent, curvature_matrix, surrogate_decrease
 
@@ -42,9 +45,11 @@ def _by_hand(P, X, Gout):
 
 
 @pytest.mark.parametrize("min_gain", [0.0, 0.05, 10.0])
-def test_min_gain_sends_small_predicted_gains_to_a0(min_gain):
+def test_min_gain_sends_small_predicted_gains_to_a0(min_gain, monkeypatch):
     """float32 layer, same-batch statistics, a choice every step: the exponent is the
-    criterion's where its predicted gain reaches min_gain, else exactly 0."""
+    criterion's where its predicted gain reaches min_gain, else exactly 0 (here no
+    Newton-Schulz mixture is accepted, so a layer off 0 would pay an SVD per step)."""
+    monkeypatch.setattr(controller, "mixture_loss", lambda *a, **k: (None, math.inf))
     n, m, N = 19, 13, 200  # N < max_rows: the sketch keeps every row
     net, w = _layer(n, m, 0)
     opt = AdaptiveLMO(
@@ -70,6 +75,42 @@ def test_min_gain_sends_small_predicted_gains_to_a0(min_gain):
         assert kept >= 4  # the data do move the exponent off 0
     if min_gain == 10.0:
         assert zeroed >= 4 and kept == 0
+
+
+@pytest.mark.parametrize("mix_loss", [0.01, 0.2])
+def test_gain_below_min_gain_stands_on_an_accepted_mixture(mix_loss, monkeypatch):
+    """With min_gain = 0.05 and the mixture scored at ``mix_loss``: an exponent whose
+    predicted gain (switch_confidence 0: the point estimate, recomputed here in float64) is
+    below min_gain stands exactly when the mixture is accepted (loss < min_gain) and keeps
+    a positive realised gain, (1 + gain)(1 - loss) > 1; else a = 0."""
+    monkeypatch.setattr(controller, "mixture_loss", lambda *a, **k: (torch.zeros(6), mix_loss))
+    n, m, N = 19, 13, 200
+    net, w = _layer(n, m, 0)
+    opt = AdaptiveLMO(
+        net, lr=0.0, momentum=0.0, update_every=1, stats="same_batch", switch_confidence=0,
+        min_gain=0.05, backoff=0, head=None,
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    kept_small = zeroed_small = 0
+    for t in range(14):  # spreads where the predicted gains are ~0-3% (measured)
+        P, X, Gout = _feed(opt, w, g, n, m, N, spread=0.75 + 0.025 * t)
+        a, gain = _by_hand(P, X, Gout)
+        geo = opt.geometry()["0.weight"]
+        if a == 0 or not 0.002 < gain < 0.048:  # the small-gain band, off its edges
+            continue
+        keeps = mix_loss < 0.05 and (1 + gain) * (1 - mix_loss) > 1
+        if abs((1 + gain) * (1 - mix_loss) - 1) < 2e-3:
+            continue  # within float32 statistics' reach of the boundary
+        if keeps:
+            assert geo["exponent"] == pytest.approx(a, abs=1 / 64)
+            assert "mixture" in geo["source"] and geo["mixture"]
+            kept_small += 1
+        else:
+            assert geo["exponent"] == 0.0
+            zeroed_small += 1
+    assert kept_small + zeroed_small >= 5  # the band was visited
+    if mix_loss >= 0.05:
+        assert kept_small == 0
 
 
 def test_min_gain_is_inert_on_the_exact_routes():

@@ -54,7 +54,7 @@ def test_between_criterion_steps_the_update_is_the_fitted_mixture():
     weights = opt.state[w]["mixture"]
     for _ in range(2):  # steps 2 and 3: no criterion, the mixture
         P, D, W = _step(opt, w, g, feed=False)
-        ref = mixed_member(P, weights, a, "polar")
+        ref = mixed_member(P, weights, a, "polar", opt.state[w]["mixture_norm"])
         # D is read back through W - (W - D): one float32 rounding of each difference
         eps = torch.finfo(torch.float32).eps
         assert ((D - ref).abs() <= 2 * eps * (W.abs() + ref.abs())).all()

@@ -41,7 +41,7 @@ from .criterion import (
 )
 from .fractional import SVDFactors, ns_spectrum, svd_factors
 from .layer_step import SYNCED_STATS, CriterionInputs, LayerStep
-from .mixture import mixture_loss
+from .mixture import mixture_loss, polar_norm
 from .spectral import criterion_factors
 
 __all__ = ["ExponentController"]
@@ -142,7 +142,7 @@ class ExponentController:
         SVD per step is paid only for a resolved ``min_gain`` of predicted decrease).
         """
         st, g = self.state[it.p], it.group
-        for k in ("mixture", "mixture_a", "mixture_loss"):
+        for k in ("mixture", "mixture_a", "mixture_norm", "mixture_loss"):
             st.pop(k, None)
         a = st.get("exponent")
         if (
@@ -156,23 +156,52 @@ class ExponentController:
         ):
             return
         m, n = it.shape[-2:]
-        curv_in = crit.c if crit.b_used is not None else crit.curv
-        w, loss = mixture_loss(
-            crit.U,
-            crit.s,
-            crit.Vh,
-            a,
-            g["scale"],
-            default_rtol(m, n, it.P.dtype),
-            crit.d,
-            curv_in,
-            crit.b_used,
-        )
+        w, loss = self._score_mixture(it, crit, a)
         st["mixture_loss"] = loss
         if loss < g.get("min_gain", 0.0):
             # Python floats for one matrix: the per-step sum then needs no device read
             st["mixture"] = w.tolist() if w.ndim == 1 else w.to(it.P.device)
             st["mixture_a"] = a
+            st["mixture_norm"] = polar_norm(crit.s, g["scale"], default_rtol(m, n, it.P.dtype))
+
+    def _score_mixture(
+        self, it: LayerStep, crit: CriterionInputs, a: float
+    ) -> tuple[Tensor, float]:
+        """The mixture's weights and loss for exponent ``a`` (computed once per step and a)."""
+        if crit.mixture is not None and crit.mixture[0] == a:
+            return crit.mixture[1], crit.mixture[2]
+        m, n = it.shape[-2:]
+        assert crit.U is not None and crit.Vh is not None and crit.curv is not None
+        w, loss = mixture_loss(
+            crit.U,
+            crit.s,
+            crit.Vh,
+            a,
+            it.group["scale"],
+            default_rtol(m, n, it.P.dtype),
+            crit.d,
+            crit.c if crit.b_used is not None else crit.curv,
+            crit.b_used,
+        )
+        crit.mixture = (a, w, loss)
+        return w, loss
+
+    def _mixture_keeps(self, it: LayerStep, crit: CriterionInputs, a: float, low: float) -> bool:
+        """Whether ``a``, whose resolved gain ``low`` is positive but below ``min_gain``, stands
+        on the Newton-Schulz mixture: the mixture is accepted (loses less than ``min_gain``)
+        and keeps a positive realised gain over a = 0, ``(1 + low)(1 - loss) > 1``. Then the
+        layer costs the mixture (~1.2x a Newton-Schulz step), not an SVD per step, so the
+        SVD's price (``min_gain``) does not apply."""
+        if not (
+            0.0 < a < 1.0
+            and low > 0
+            and crit.U is not None
+            and crit.Vh is not None
+            and crit.curv is not None
+        ):
+            return False
+        _, loss = self._score_mixture(it, crit, a)
+        return loss < it.group.get("min_gain", 0.0) and (1.0 + low) * (1.0 - loss) > 1.0
 
     def _cost_rule(self, a: float, it: LayerStep, crit: CriterionInputs, curv: Tensor) -> str:
         """``""`` when ``a`` pays for its per-step SVD, else why the layer takes a = 0.
@@ -181,9 +210,13 @@ class ExponentController:
         a = 0 reaches ``min_gain`` (:meth:`_gain_bound`; the point estimate itself when
         ``switch_confidence=0``). Why a bound and not the estimate: the criterion picks the
         argmax of a noisy curve, so even a layer whose true best is a = 0 shows a positive
-        predicted gain at its pick; the bound removes those (docs/overhead.md).
+        predicted gain at its pick; the bound removes those (docs/overhead.md). A bound that
+        is positive but below ``min_gain`` still keeps ``a`` when the Newton-Schulz mixture
+        carries it (:meth:`_mixture_keeps`): ``min_gain`` is the price of an SVD per step,
+        which such a layer does not pay.
         """
         g = it.group
+        crit.cheap_keep = False
         mg, z = g.get("min_gain", 0.0), g.get("switch_confidence", 0.0)
         if a == 0.0 or (mg <= 0 and z <= 0) or g["method"] != "auto":
             return ""
@@ -191,16 +224,19 @@ class ExponentController:
         at = torch.tensor([a, 0.0], dtype=torch.float64, device=s.device)
         dec = surrogate_decrease(at, s, curv, d)
         gain = float(dec[0] / dec[1]) - 1.0
-        if z <= 0 or not gain >= mg:
-            # the lower bound never exceeds the estimate (t quantile and s.e. >= 0), so a
-            # point gain below min_gain decides without the bound's row sums (half of a
-            # criterion step's cost, docs/overhead.md); NaN (unresolved) goes to a = 0 too
-            if gain >= mg:
-                return ""
+        if not gain > 0:
+            # the lower bound never exceeds the estimate (t quantile and s.e. >= 0), so no
+            # point gain decides without the bound's row sums (half of a criterion step's
+            # cost, docs/overhead.md); NaN (unresolved) goes to a = 0 too
             return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
-        low = self._gain_bound(a, it, crit, gain, z)
+        low = gain if z <= 0 else self._gain_bound(a, it, crit, gain, z)
         if low >= mg:
             return ""
+        if self._mixture_keeps(it, crit, a, low):
+            crit.cheap_keep = True
+            return ""
+        if z <= 0:
+            return f"; a = {a:.3f} gains {gain:.2%} < min_gain over a = 0: Newton-Schulz"
         return (
             f"; a = {a:.3f} gains {gain:.2%}, lower {z:g} bound {low:.2%} < min_gain over "
             "a = 0: Newton-Schulz"
@@ -532,7 +568,8 @@ class ExponentController:
                     )
                     return
         st["exponent"] = a
-        st["source"] = f"criterion ({g['criterion']}{how}){cost}"
+        kept = "; gain below min_gain, on the Newton-Schulz mixture" if crit.cheap_keep else ""
+        st["source"] = f"criterion ({g['criterion']}{how}){cost}{kept}"
 
     def _reducer(self, device: torch.device) -> Callable[[Tensor], Tensor] | None:
         """Sum over ``torch.distributed`` ranks (None for one process or ``sync_stats=False``)."""

@@ -73,6 +73,12 @@ class CriterionInputs:
     # the output factor in curv after shrinkage, (*batch, r, r); None without output rows
     # (set with curv; read by the mixture rule, which needs both factors apart)
     b_used: Tensor | None = None
+    # (a, weights, loss) of the Newton-Schulz mixture scored for exponent a on this step
+    # (set by the cost rule or the mixture rule, whichever scores it first)
+    mixture: tuple[float, Tensor, float] | None = None
+    # the cost rule kept an exponent whose resolved gain is below min_gain because its
+    # mixture keeps a positive realised gain (the layer pays no SVD per step)
+    cheap_keep: bool = False
 
 
 @dataclass(slots=True)

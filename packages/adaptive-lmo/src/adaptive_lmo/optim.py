@@ -769,7 +769,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
             fell_back = False
         elif mix is not None and 0.0 < a < 1.0:
             # the criterion found the Newton-Schulz mixture within min_gain of this member
-            D, fell_back = mixed_member(it.P, mix, a, g["scale"]), False
+            D = mixed_member(it.P, mix, a, g["scale"], st.get("mixture_norm"))
+            fell_back = False
         else:
             D, fell_back = lmo_direction(
                 it.P,
