@@ -13,6 +13,8 @@ so speed and accuracy come from the same run.
 
     python packages/adaptive-lmo/benchmarks/bench_mixture.py --quick --threads 1 \\
         --out packages/adaptive-lmo/benchmarks/results/mixture_routes_cpu.json
+    python packages/adaptive-lmo/benchmarks/bench_mixture.py --device cuda \\
+        --out packages/adaptive-lmo/benchmarks/results/mixture_routes_cuda.json
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--a", type=float, default=0.3)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (times synchronised)")
     ap.add_argument("--out", default="packages/adaptive-lmo/benchmarks/results/mixture.json")
     args = ap.parse_args(argv)
     if args.threads is not None:
@@ -50,13 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     results, extra = [], []
     coeffs = [tuple(c) for c in coefficients_for("muon", 5)]
     for w in widths:
-        P = direction(w, w)
-        U, s, Vh = torch.linalg.svd(P.double(), full_matrices=False)
+        P = direction(w, w).to(args.device)
+        U, s, Vh = torch.linalg.svd(P.double().cpu(), full_matrices=False)
         rtol = default_rtol(w, w, torch.float32)
         weights = fit_weights(s, args.a, "polar", rtol).tolist()
         fro = polar_norm(s, "polar", rtol)  # the optimizer restores sqrt(k) on every step
         base = lambda P=P: _zeropower_via_newtonschulz(P, MUON_ABC, 5, 1e-7)  # noqa: E731
-        params = {"m": w, "n": w, "a": args.a, "dtype": "float32"}
+        params = {"m": w, "n": w, "a": args.a, "dtype": "float32", "device": args.device}
         for name, cand in (
             ("mixture", lambda P=P, wt=weights, f=fro: mixed_member(P, wt, args.a, "polar", f)),
             ("svd", lambda P=P: lmo_direction(P, args.a, method="svd", check_finite=False)),
@@ -67,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                 name=f"{name}_vs_torch_muon_ns_w{w}",
                 repeats=args.repeats,
                 warmup=2,
-                device="cpu",
+                device=args.device,
                 params=params,
             )
             results.append(r)
             print(f"w={w} {name}: {r.ratio_median:.2f}x [{r.ratio_min:.2f}, {r.ratio_max:.2f}]")
         t = target_spectrum(s, args.a, "polar", rtol)
         exact = (U * t) @ Vh
-        D = mixed_member(P, weights, args.a, "polar", fro).double()
+        D = mixed_member(P, weights, args.a, "polar", fro).double().cpu()
         fit = torch.linalg.vector_norm(
             newton_schulz_spectra(s, coeffs) @ torch.tensor(weights, dtype=torch.float64) - t
         )
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "python packages/adaptive-lmo/benchmarks/bench_mixture.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
-    write_json(args.out, [*results, *extra], device="cpu", command=cmd)
+    write_json(args.out, [*results, *extra], device=args.device, command=cmd)
     return 0
 
 
