@@ -145,24 +145,33 @@ class ExponentController:
         for k in ("mixture", "mixture_a", "mixture_norm", "mixture_loss"):
             st.pop(k, None)
         a = st.get("exponent")
-        if (
-            g["method"] != "auto"
-            or a is None
-            or a in (0.0, 1.0)
-            or it.P.dtype == torch.float64  # float64 keeps the exact route everywhere
-            or crit.curv is None
-            or crit.U is None
-            or crit.Vh is None
-        ):
+        if a is None or not self._mixable(it, crit, a):
             return
-        m, n = it.shape[-2:]
         w, loss = self._score_mixture(it, crit, a)
         st["mixture_loss"] = loss
         if loss < g.get("min_gain", 0.0):
             # Python floats for one matrix: the per-step sum then needs no device read
             st["mixture"] = w.tolist() if w.ndim == 1 else w.to(it.P.device)
             st["mixture_a"] = a
-            st["mixture_norm"] = polar_norm(crit.s, g["scale"], default_rtol(m, n, it.P.dtype))
+            st["mixture_norm"] = polar_norm(crit.s, g["scale"], self._rank_rtol(it))
+
+    @staticmethod
+    def _rank_rtol(it: LayerStep) -> float:
+        return default_rtol(*it.shape[-2:], it.P.dtype)
+
+    @staticmethod
+    def _mixable(it: LayerStep, crit: CriterionInputs, a: float) -> bool:
+        """Whether exponent ``a`` of this layer could take the mixture: the ``"auto"`` route,
+        0 < a < 1, a float32-or-lower layer (float64 stays exact everywhere) and the
+        criterion's factors and curvature at hand to score it with."""
+        return (
+            it.group["method"] == "auto"
+            and 0.0 < a < 1.0
+            and it.P.dtype != torch.float64
+            and crit.curv is not None
+            and crit.U is not None
+            and crit.Vh is not None
+        )
 
     def _score_mixture(
         self, it: LayerStep, crit: CriterionInputs, a: float
@@ -170,7 +179,6 @@ class ExponentController:
         """The mixture's weights and loss for exponent ``a`` (computed once per step and a)."""
         if crit.mixture is not None and crit.mixture[0] == a:
             return crit.mixture[1], crit.mixture[2]
-        m, n = it.shape[-2:]
         assert crit.U is not None and crit.Vh is not None and crit.curv is not None
         w, loss = mixture_loss(
             crit.U,
@@ -178,7 +186,7 @@ class ExponentController:
             crit.Vh,
             a,
             it.group["scale"],
-            default_rtol(m, n, it.P.dtype),
+            self._rank_rtol(it),
             crit.d,
             crit.c if crit.b_used is not None else crit.curv,
             crit.b_used,
@@ -190,15 +198,9 @@ class ExponentController:
         """Whether ``a``, whose resolved gain ``low`` is positive but below ``min_gain``, stands
         on the Newton-Schulz mixture: the mixture is accepted (loses less than ``min_gain``)
         and keeps a positive realised gain over a = 0, ``(1 + low)(1 - loss) > 1``. Then the
-        layer costs the mixture (~1.2x a Newton-Schulz step), not an SVD per step, so the
-        SVD's price (``min_gain``) does not apply."""
-        if not (
-            0.0 < a < 1.0
-            and low > 0
-            and crit.U is not None
-            and crit.Vh is not None
-            and crit.curv is not None
-        ):
+        layer costs the mixture (1.3-1.4x a Newton-Schulz step, docs/mixture.md), not an SVD
+        per step, so the SVD's price (``min_gain``) does not apply."""
+        if not (low > 0 and self._mixable(it, crit, a)):
             return False
         _, loss = self._score_mixture(it, crit, a)
         return loss < it.group.get("min_gain", 0.0) and (1.0 + low) * (1.0 - loss) > 1.0

@@ -104,3 +104,15 @@ def judge(res: SweepResult, metric: str) -> tuple[bool, dict[str, Any], list[str
         f"Adaptivity pays (rule: both judged intervals below 0): {'yes' if pays else 'no'}.",
     ]
     return pays, metrics, lines
+
+
+def measured(res: SweepResult, metrics: dict[str, Any], what: str) -> str:
+    """The report's one-line measurement: AdaptiveLMO against the judged baselines (and its
+    own a = 0 row), with the paired log ratios of :func:`judge`'s ``metrics``."""
+    tm = res.test_mean
+    return (
+        f"test {what} AdaptiveLMO {tm['AdaptiveLMO']:.4f} vs Muon {tm['Muon']:.4f}, AdamW "
+        f"{tm['AdamW']:.4f} (its a=0 {tm[A0]:.4f}); vs Muon "
+        f"{metrics['log_ratio_vs[Muon]'][0]:+.3f}, vs AdamW "
+        f"{metrics['log_ratio_vs[AdamW]'][0]:+.3f} (paired log ratio)"
+    )

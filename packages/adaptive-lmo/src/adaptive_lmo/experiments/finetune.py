@@ -34,7 +34,7 @@ from torch import nn
 from shared_core.experiment import ExperimentResult, RunContext, run_experiment
 
 from ._common import RunOutput, default_workers, plot_exponents, sweep, table_rows, train_loop
-from ._pays import A0, grids, judge, variant
+from ._pays import grids, judge, measured, variant
 
 #: Quick-mode wall seconds on a 2-core CPU: measured 130 s at load 5-6 (other jobs running,
 #: within the 2x allowance for load); an extra experiment, outside the main job's budget.
@@ -137,7 +137,6 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         "",
         *lines,
     ]
-    tm = res.test_mean
     return ExperimentResult(
         title="Where adaptivity pays (2): few-shot fine-tuning of a pretrained MLP",
         claim="A per-layer exponent chosen from data beats torch Muon and AdamW when "
@@ -146,12 +145,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         metrics=metrics,
         holds=pays,
         paper="P19",
-        measured=(
-            f"test CE AdaptiveLMO {tm['AdaptiveLMO']:.4f} vs Muon {tm['Muon']:.4f}, AdamW "
-            f"{tm['AdamW']:.4f} (its a=0 {tm[A0]:.4f}); vs Muon "
-            f"{metrics['log_ratio_vs[Muon]'][0]:+.3f}, vs AdamW "
-            f"{metrics['log_ratio_vs[AdamW]'][0]:+.3f} (paired log ratio)"
-        ),
+        measured=measured(res, metrics, "CE"),
         plots=["exponents.png"],
         table=table_rows(res, "ce"),
     )

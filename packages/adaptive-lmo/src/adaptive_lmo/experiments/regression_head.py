@@ -33,7 +33,7 @@ from torch import nn
 from shared_core.experiment import ExperimentResult, RunContext, run_experiment
 
 from ._common import default_workers, plot_exponents, sweep, table_rows, train_loop
-from ._pays import A0, grids, judge, variant
+from ._pays import grids, judge, measured, variant
 
 #: Quick-mode wall seconds on a 2-core CPU: measured 122 s at load 5-6 (other jobs running,
 #: within the 2x allowance for load); an extra experiment, outside the main job's budget.
@@ -111,7 +111,6 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         "",
         *lines,
     ]
-    tm = res.test_mean
     return ExperimentResult(
         title="Where adaptivity pays (1): regression head on correlated features",
         claim="A per-layer exponent chosen from data beats torch Muon and AdamW on an "
@@ -120,12 +119,7 @@ def run(ctx: RunContext, cfg: dict[str, Any] | None = None) -> ExperimentResult:
         metrics=metrics,
         holds=pays,
         paper="P19",
-        measured=(
-            f"test MSE AdaptiveLMO {tm['AdaptiveLMO']:.4f} vs Muon {tm['Muon']:.4f}, AdamW "
-            f"{tm['AdamW']:.4f} (its a=0 {tm[A0]:.4f}); vs Muon "
-            f"{metrics['log_ratio_vs[Muon]'][0]:+.3f}, vs AdamW "
-            f"{metrics['log_ratio_vs[AdamW]'][0]:+.3f} (paired log ratio)"
-        ),
+        measured=measured(res, metrics, "MSE"),
         plots=["exponents.png"],
         table=table_rows(res, "mse"),
     )
