@@ -2,7 +2,8 @@
 
 Per matrix, the cost of one step's direction for a layer whose exponent is ``a`` (default
 0.3, the order the criterion picks on the overhead benchmark's first layer): the mixture
-(:func:`adaptive_lmo.mixture.mixed_member`, weights fitted once as on a criterion step), the
+(:func:`adaptive_lmo.mixture.mixed_member`, weights fitted once as on a criterion step) for
+each step count the optimizer may take (:data:`adaptive_lmo.mixture.MIXTURE_STEPS`), the
 exact member by SVD (``lmo_direction(..., method="svd")``, what such a layer paid on every
 step before the mixture), each timed against torch Muon's own polar routine
 (``torch.optim._muon._zeropower_via_newtonschulz``, bf16, 5 steps) on the same matrix,
@@ -26,7 +27,13 @@ import torch
 from torch.optim._muon import _zeropower_via_newtonschulz
 
 from adaptive_lmo.fractional import lmo_direction
-from adaptive_lmo.mixture import fit_weights, mixed_member, polar_norm, target_spectrum
+from adaptive_lmo.mixture import (
+    MIXTURE_STEPS,
+    fit_weights,
+    mixed_member,
+    polar_norm,
+    target_spectrum,
+)
 from shared_core.bench import compare, write_json
 from shared_core.polar import coefficients_for, default_rtol, newton_schulz_spectra
 
@@ -56,14 +63,19 @@ def main(argv: list[str] | None = None) -> int:
         P = direction(w, w).to(args.device)
         U, s, Vh = torch.linalg.svd(P.double().cpu(), full_matrices=False)
         rtol = default_rtol(w, w, torch.float32)
-        weights = fit_weights(s, args.a, "polar", rtol).tolist()
+        weights = {k: fit_weights(s, args.a, "polar", rtol, k).tolist() for k in MIXTURE_STEPS}
         fro = polar_norm(s, "polar", rtol)  # the optimizer restores sqrt(k) on every step
         base = lambda P=P: _zeropower_via_newtonschulz(P, MUON_ABC, 5, 1e-7)  # noqa: E731
         params = {"m": w, "n": w, "a": args.a, "dtype": "float32", "device": args.device}
-        for name, cand in (
-            ("mixture", lambda P=P, wt=weights, f=fro: mixed_member(P, wt, args.a, "polar", f)),
-            ("svd", lambda P=P: lmo_direction(P, args.a, method="svd", check_finite=False)),
-        ):
+        arms = [
+            (
+                f"mixture_k{k}",
+                lambda P=P, wt=weights[k], f=fro: mixed_member(P, wt, args.a, "polar", f),
+            )
+            for k in MIXTURE_STEPS
+        ]
+        arms.append(("svd", lambda P=P: lmo_direction(P, args.a, method="svd", check_finite=False)))
+        for name, cand in arms:
             r = compare(
                 cand,
                 base,
@@ -77,21 +89,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"w={w} {name}: {r.ratio_median:.2f}x [{r.ratio_min:.2f}, {r.ratio_max:.2f}]")
         t = target_spectrum(s, args.a, "polar", rtol)
         exact = (U * t) @ Vh
-        D = mixed_member(P, weights, args.a, "polar", fro).double().cpu()
-        fit = torch.linalg.vector_norm(
-            newton_schulz_spectra(s, coeffs) @ torch.tensor(weights, dtype=torch.float64) - t
-        )
-        err = float(torch.linalg.vector_norm(D - exact) / torch.linalg.vector_norm(exact))
-        extra.append(
-            {
-                "name": f"mixture_accuracy_w{w}",
-                "relative_error_vs_exact_member": err,
-                "fit_residual_relative": float(fit / torch.linalg.vector_norm(t)),
-                "condition_number": float(s[0] / s[-1]),
-            }
-        )
-        res = extra[-1]["fit_residual_relative"]
-        print(f"w={w} mixture error vs exact member {err:.4f} (fit residual {res:.4f})")
+        for k in MIXTURE_STEPS:
+            D = mixed_member(P, weights[k], args.a, "polar", fro).double().cpu()
+            wk = torch.tensor(weights[k], dtype=torch.float64)
+            fit = torch.linalg.vector_norm(newton_schulz_spectra(s, coeffs[:k]) @ wk - t)
+            err = float(torch.linalg.vector_norm(D - exact) / torch.linalg.vector_norm(exact))
+            extra.append(
+                {
+                    "name": f"mixture_k{k}_accuracy_w{w}",
+                    "steps": k,
+                    "relative_error_vs_exact_member": err,
+                    "fit_residual_relative": float(fit / torch.linalg.vector_norm(t)),
+                    "max_abs_weight": float(wk.abs().max()),
+                    "condition_number": float(s[0] / s[-1]),
+                }
+            )
+            res = extra[-1]["fit_residual_relative"]
+            print(f"w={w} k={k} mixture error vs exact member {err:.4f} (fit residual {res:.4f})")
     cmd = "python packages/adaptive-lmo/benchmarks/bench_mixture.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )

@@ -174,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         "--warmup-steps", type=int, default=None, help="untimed steps first (default 2 x pair)"
     )
     ap.add_argument(
+        "--backoff",
+        type=int,
+        default=None,
+        help="AdaptiveLMO's backoff (default: the package's); the criterion's cap is "
+        "update_every x 2**backoff steps",
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -210,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                     adamw_lr=ADAMW_LR,
                     exponent=exponent,
                     spectral="gram" if name == "adaptive_gram" else "svd",
+                    **({} if args.backoff is None else {"backoff": args.backoff}),
                 )
             batches = Batches(width, args.device, args.batch)
             arms[name] = Arm(model, opt, batches, args.device, fisher)

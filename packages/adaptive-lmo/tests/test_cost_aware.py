@@ -189,6 +189,47 @@ def test_backoff_resets_when_the_choice_moves():
     assert moved
 
 
+@pytest.mark.parametrize("method", ["auto", "svd"])
+def test_backoff_counts_moves_below_min_gain_as_stable(method, monkeypatch):
+    """Default route, off a = 0: a move of the exponent by more than a grid step counts as
+    stable (the spacing keeps growing) exactly when the surrogate, recomputed here in float64
+    from the fed statistics, predicts decreases of the old and new exponent within
+    ``min_gain`` of each other; a route change (to or from a = 0) always resets. On
+    ``method="svd"`` (no SVD to price) every such move resets. The cost rule is switched off
+    so that small exponents stay off 0 and both outcomes occur."""
+    monkeypatch.setattr(controller.ExponentController, "_cost_rule", lambda self, *a: "")
+    n, m, N, mg = 19, 13, 200, 0.015
+    net, w = _layer(n, m, 3)
+    opt = AdaptiveLMO(
+        net, lr=0.0, momentum=0.0, update_every=1, stats="same_batch", switch_confidence=0,
+        min_gain=mg, backoff=0, head=None, method=method,
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    old, below, above = None, 0, 0
+    for _ in range(80):
+        spread = 0.5 + 2.5 * float(torch.rand(1, generator=g))  # a moves between 0 and ~0.4
+        before = opt.state[w].get("stable", 0)
+        P, X, Gout = _feed(opt, w, g, n, m, N, spread)
+        new, stable = opt.state[w]["exponent"], opt.state[w]["stable"]
+        if old is not None:
+            if (old == 0.0) != (new == 0.0):
+                assert stable == 0
+            elif new == 0.0 or abs(new - old) <= 1 / 128:
+                assert stable == before + 1
+            else:
+                U, s, Vh = torch.linalg.svd(P, full_matrices=False)
+                M = curvature_matrix(U.T, Gout) * curvature_matrix(Vh, X)
+                dec = surrogate_decrease(torch.tensor([new, old], dtype=torch.float64), s, M)
+                change = abs(float(dec[0] / dec[1]) - 1.0)
+                if abs(change - mg) > 2e-3:  # off float32 statistics' reach of the boundary
+                    priced = change < mg and method == "auto"
+                    assert stable == (before + 1 if priced else 0)
+                    below += change < mg
+                    above += change >= mg
+        old = new
+    assert below >= 1 and above >= 1  # both sides of min_gain were decided
+
+
 def test_options_validated():
     net, _ = _layer(4, 3, 0)
     for bad in ({"min_gain": -0.1}, {"min_gain": float("nan")}, {"backoff": -1},

@@ -34,17 +34,22 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("scale", ["none", "polar", "spectral"])
 @pytest.mark.parametrize("a", [0.2, 0.5, 0.85])
-def test_fit_solves_the_ridge_problem(scale, a):
+@pytest.mark.parametrize("steps", [3, 5])
+def test_fit_solves_the_ridge_problem(scale, a, steps):
     """The weights equal numpy's least-squares solution of the augmented system
-    [B; diag(delta_k ||f_k||)] w = [t; 0] (the ridge objective written as one lstsq)."""
+    [B; diag(delta_k ||f_k||)] w = [t; 0] (the ridge objective written as one lstsq), for
+    the table's first ``steps`` quintics."""
     s = torch.linalg.svdvals(_rand((47, 31), 1))
     rtol = default_rtol(47, 31, torch.float64)
-    w = fit_weights(s, a, scale, rtol)
-    B = newton_schulz_spectra(s, MUON).numpy()
+    w = fit_weights(s, a, scale, rtol, steps)
+    assert w.shape == (steps + 1,)
+    B = newton_schulz_spectra(s, MUON[:steps]).numpy()
     t = target_spectrum(s, a, scale, rtol).numpy()
-    delta = BF16_U * np.arange(1, 7)
+    delta = BF16_U * np.arange(1, steps + 2)
     R = np.diag(delta * np.linalg.norm(B, axis=0))
-    ref = np.linalg.lstsq(np.vstack([B, R]), np.concatenate([t, np.zeros(6)]), rcond=None)[0]
+    ref = np.linalg.lstsq(np.vstack([B, R]), np.concatenate([t, np.zeros(steps + 1)]), rcond=None)[
+        0
+    ]
     # normal equations square the system's condition number (<= 1/min ridge ~ 1e3 here)
     cond = np.linalg.cond(np.vstack([B, R]))
     assert np.linalg.norm(w.numpy() - ref) <= 50 * cond**2 * U64 * np.linalg.norm(ref)
@@ -65,22 +70,33 @@ def test_target_is_the_exact_member_spectrum():
 
 
 @pytest.mark.parametrize("shape", [(33, 21), (21, 33), (3, 14, 19)])
-def test_float64_member_is_the_fitted_map(shape):
-    """In float64 the mixed member is exactly the spectral map sum_k w_k f_k(s) (no SVD used):
-    compared with U diag(B w) V^T from the SVD, to the iteration's forward error."""
+@pytest.mark.parametrize("steps", [3, 4, 5])
+def test_float64_member_is_the_fitted_map(shape, steps):
+    """In float64 the mixed member is exactly the spectral map sum_k w_k f_k(s) (no SVD used)
+    of the table's first ``steps`` quintics (the number of weights sets it): compared with
+    U diag(B w) V^T from the SVD, to the iteration's forward error."""
     P = _rand(shape, 3)
     U, s, Vh = torch.linalg.svd(P, full_matrices=False)
     rtol = default_rtol(*shape[-2:], torch.float64)
     for scale in ("none", "polar"):
-        w = fit_weights(s, 0.45, scale, rtol)
+        w = fit_weights(s, 0.45, scale, rtol, steps)
         got = mixed_member(P, w if len(shape) == 3 else w.tolist(), 0.45, scale)
-        mapped = (newton_schulz_spectra(s, MUON) @ w.unsqueeze(-1)).squeeze(-1)
+        mapped = (newton_schulz_spectra(s, MUON[:steps]) @ w.unsqueeze(-1)).squeeze(-1)
         if scale == "none":
             mapped = mapped * torch.linalg.vector_norm(P, dim=(-2, -1)).unsqueeze(-1) ** 0.45
         ref = (U * mapped.unsqueeze(-2)) @ Vh
         L = 3.9  # max |p'| of Muon's quintics over [0, 1.2] (shared-core's test derives it)
-        tol = 3 * max(shape[-2:]) * U64 * 6 * L**5 * float(w.abs().sum())
+        tol = 3 * max(shape[-2:]) * U64 * 6 * L**steps * float(w.abs().sum())
         assert _rel(got, ref) < tol
+
+
+def test_step_counts_outside_the_table_are_refused():
+    s = torch.linalg.svdvals(_rand((9, 7), 5))
+    for bad in (0, 6):
+        with pytest.raises(ValueError, match="Newton-Schulz steps"):
+            fit_weights(s, 0.5, "polar", 0.0, bad)
+        with pytest.raises(ValueError, match="Newton-Schulz steps"):
+            mixed_member(_rand((9, 7), 5), [0.1] * (bad + 1), 0.5, "polar")
 
 
 @pytest.mark.parametrize("a", [0.3, 0.6])

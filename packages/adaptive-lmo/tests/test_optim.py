@@ -281,8 +281,10 @@ def test_criterion_in_the_optimizer_picks_the_grid_best_exponent():
 @pytest.mark.parametrize("stats", ["same_batch", "next_batch"])
 def test_update_every_controls_when_the_exponent_moves(stats):
     m = _mlp()
-    # input curvature: its choices move from step to step here (kfac stays at 0 on this MLP)
-    opt = AdaptiveLMO(m, lr=0.02, update_every=3, stats=stats, curvature="input")
+    # input curvature: its choices move from step to step here (kfac stays at 0 on this MLP);
+    # backoff=0: every choice k steps apart (here some moves cost less than min_gain, which
+    # the backoff counts as stable, test_cost_aware.py)
+    opt = AdaptiveLMO(m, lr=0.02, update_every=3, stats=stats, curvature="input", backoff=0)
     seen = []
     for x, y in _batches(8):
         opt.zero_grad()

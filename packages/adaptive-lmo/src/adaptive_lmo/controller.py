@@ -41,7 +41,7 @@ from .criterion import (
 )
 from .fractional import SVDFactors, ns_spectrum, svd_factors
 from .layer_step import SYNCED_STATS, CriterionInputs, LayerStep
-from .mixture import mixture_loss, polar_norm
+from .mixture import MIXTURE_STEPS, mixture_loss, polar_norm
 from .spectral import criterion_factors
 
 __all__ = ["ExponentController"]
@@ -77,9 +77,12 @@ class ExponentController:
         """Choose the exponent, then count stable choices and space the next criterion step.
 
         Stable: the layer stays on the same route (a = 0 or not) and its exponent moves by at
-        most one criterion grid step. Each stable choice in a row doubles the spacing (up to
-        ``2**backoff``): a geometry the criterion keeps confirming is re-checked less often,
-        so its SVDs amortise over more steps; a change resets the spacing to ``update_every``.
+        most one criterion grid step, or (off a = 0, ``min_gain > 0``) by an amount whose
+        predicted one-step decrease differs from the old exponent's by less than ``min_gain``
+        on this step's statistics (:meth:`_move_below_price`). Each stable choice in a row
+        doubles the spacing (up to ``2**backoff``): a geometry the criterion keeps confirming
+        is re-checked less often, so its SVDs amortise over more steps; a change resets the
+        spacing to ``update_every``. The exponent itself always takes the new choice.
         """
         st, g = self.state[it.p], it.group
         # a fallback exponent is no choice to be stable against
@@ -94,11 +97,39 @@ class ExponentController:
             old is not None
             and new is not None
             and (old == 0.0) == (new == 0.0)
-            and abs(new - old) <= 1.0 / (GRID_POINTS - 1)
+            and (abs(new - old) <= 1.0 / (GRID_POINTS - 1) or self._move_below_price(it, old, new))
         )
         st["stable"] = st.get("stable", 0) + 1 if stable else 0
         if "last_snap" in st:
             st["next_snap"] = st["last_snap"] + self._interval(st, g)
+
+    @staticmethod
+    def _move_below_price(it: LayerStep, old: float, new: float) -> bool:
+        """Whether a move of an exponent off a = 0 from ``old`` to ``new`` changes the
+        surrogate's predicted one-step decrease (this step's statistics) by less than
+        ``min_gain``: the resolution at which the cost rule prices geometries, so such a
+        move confirms the geometry for the backoff's purpose. Why not the exponent alone:
+        the decrease is flat in ``a`` near its best, and an exponent drifting a few grid
+        steps at a relative decrease change of a fraction of a percent reset the spacing to
+        ``update_every`` at every choice (measured on the overhead benchmark, docs/overhead.md).
+        Inert where ``min_gain`` is (``method="svd"``, float64 layers: every step pays an SVD,
+        so there is no price to measure a move against).
+        """
+        mg, crit = it.group.get("min_gain", 0.0), it.crit
+        if (
+            not mg > 0
+            or it.group["method"] != "auto"
+            or it.P.dtype == torch.float64
+            or crit is None
+            or crit.curv is None
+            or old == 0.0
+            or new == 0.0
+        ):
+            return False
+        at = torch.tensor([new, old], dtype=torch.float64, device=crit.s.device)
+        dec = surrogate_decrease(at, crit.s, crit.curv, crit.d)
+        change = float(dec[0] / dec[1]) - 1.0
+        return math.isfinite(change) and abs(change) < mg
 
     def _exact_rule(self, it: LayerStep, crit: CriterionInputs) -> None:
         """Whether this layer's a = 0 steps take the exact polar factor until the next choice
@@ -176,21 +207,34 @@ class ExponentController:
     def _score_mixture(
         self, it: LayerStep, crit: CriterionInputs, a: float
     ) -> tuple[Tensor, float]:
-        """The mixture's weights and loss for exponent ``a`` (computed once per step and a)."""
+        """The mixture's weights and loss for exponent ``a`` (computed once per step and a).
+
+        The cheapest that passes: the step counts of
+        :data:`adaptive_lmo.mixture.MIXTURE_STEPS` are tried in order and the first whose
+        realised combination loses less than ``min_gain`` against the exact member is taken
+        (the acceptance test of :meth:`_mixture_rule`: every passing combination may stand in
+        for the exact member, so the fewest Newton-Schulz steps are paid); none passing: the
+        last one tried, which the rule then rejects.
+        """
         if crit.mixture is not None and crit.mixture[0] == a:
             return crit.mixture[1], crit.mixture[2]
         assert crit.U is not None and crit.Vh is not None and crit.curv is not None
-        w, loss = mixture_loss(
-            crit.U,
-            crit.s,
-            crit.Vh,
-            a,
-            it.group["scale"],
-            self._rank_rtol(it),
-            crit.d,
-            crit.c if crit.b_used is not None else crit.curv,
-            crit.b_used,
-        )
+        mg = it.group.get("min_gain", 0.0)
+        for steps in MIXTURE_STEPS:
+            w, loss = mixture_loss(
+                crit.U,
+                crit.s,
+                crit.Vh,
+                a,
+                it.group["scale"],
+                self._rank_rtol(it),
+                crit.d,
+                crit.c if crit.b_used is not None else crit.curv,
+                crit.b_used,
+                steps=steps,
+            )
+            if loss < mg:
+                break
         crit.mixture = (a, w, loss)
         return w, loss
 

@@ -59,6 +59,7 @@ from .criterion import weighted_decrease
 from .fractional import NS_DTYPE, NS_STEPS, NS_TABLE, power_weights
 
 __all__ = [
+    "MIXTURE_STEPS",
     "fit_weights",
     "mixed_member",
     "mixture_loss",
@@ -71,8 +72,19 @@ __all__ = [
 BF16_U = 2.0**-8
 
 
-def _coefficients() -> list[tuple[float, float, float]]:
-    return [tuple(c) for c in coefficients_for(NS_TABLE, NS_STEPS)]
+#: Newton-Schulz step counts a mixture may use, cheapest first (the controller takes the first
+#: whose realised combination passes its test). Not fewer than 3: fitted to the overhead
+#: benchmark's spectra, one- and two-step combinations need weights of 50-230 (the iterates
+#: are nearly collinear there), which multiply the bfloat16 rounding and the drift of the
+#: spectrum between criterion steps by as much; from 3 steps on the weights stayed below 8.
+MIXTURE_STEPS = (3, 4, NS_STEPS)
+
+
+def _coefficients(steps: int = NS_STEPS) -> list[tuple[float, float, float]]:
+    """The first ``steps`` quintics of torch Muon's table (its prefix: the same iterates)."""
+    if not 1 <= steps <= NS_STEPS:
+        raise ValueError(f"a mixture takes 1 to {NS_STEPS} Newton-Schulz steps, got {steps}")
+    return [tuple(c) for c in coefficients_for(NS_TABLE, NS_STEPS)][:steps]
 
 
 def target_spectrum(s: Tensor, a: float, scale: str, rtol: float) -> Tensor:
@@ -92,7 +104,9 @@ def target_spectrum(s: Tensor, a: float, scale: str, rtol: float) -> Tensor:
     return power_weights(s64, a, scale, rtol=rtol)
 
 
-def fit_weights(s: Tensor, a: float, scale: str, rtol: float = 0.0) -> Tensor:
+def fit_weights(
+    s: Tensor, a: float, scale: str, rtol: float = 0.0, steps: int = NS_STEPS
+) -> Tensor:
     """Ridge weights of the Newton-Schulz iterates for the member ``a`` (module docstring).
 
     Args:
@@ -101,12 +115,14 @@ def fit_weights(s: Tensor, a: float, scale: str, rtol: float = 0.0) -> Tensor:
         a: the exponent, in (0, 1).
         scale: ``"none"``, ``"polar"`` or ``"spectral"``.
         rtol: the rank cut-off of :func:`target_spectrum`.
+        steps: ``K``, the Newton-Schulz steps combined (the first ``K`` of torch Muon's
+            table).
 
     Returns:
         ``(..., K + 1)`` float64 weights for
-        :func:`shared_core.polar.newton_schulz_combination` with torch Muon's table.
+        :func:`shared_core.polar.newton_schulz_combination` with those steps.
     """
-    B = newton_schulz_spectra(s, _coefficients())  # (..., r, K+1)
+    B = newton_schulz_spectra(s, _coefficients(steps))  # (..., r, K+1)
     t = target_spectrum(s, a, scale, rtol)
     k1 = B.shape[-1]
     delta = BF16_U * torch.arange(1, k1 + 1, dtype=torch.float64, device=B.device)
@@ -133,11 +149,16 @@ def mixed_member(
     it (measured up to 24% on teacher-student's layer A, whose shape error stayed <= 6%), so
     the polar scale is restored on every step (one norm, no device read).
 
-    Costs torch Muon's Newton-Schulz plus ``K + 1`` scaled additions (and one norm for
-    ``scale="none"``). Returns float32 (float64 for float64 input, iterated in float64).
+    The number of weights fixes the steps: ``K + 1`` weights combine the iterates of the
+    first ``K`` steps of torch Muon's table. Costs ``K`` of its Newton-Schulz steps plus
+    ``K + 1`` scaled additions (and one norm for ``scale="none"``). Returns float32 (float64
+    for float64 input, iterated in float64).
     """
     dtype = torch.float64 if X.dtype == torch.float64 else NS_DTYPE
-    D = newton_schulz_combination(X, _coefficients(), weights, dtype=dtype, check_finite=False)
+    k1 = weights.shape[-1] if isinstance(weights, Tensor) else len(weights)
+    D = newton_schulz_combination(
+        X, _coefficients(k1 - 1), weights, dtype=dtype, check_finite=False
+    )
     if scale == "none":
         D = D * torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True).to(D.dtype).pow(a)
     if frobenius is not None:  # D is this call's own sum: scaled in place, no copy
@@ -200,6 +221,7 @@ def mixture_loss(
     d: Tensor | None,
     curv_in: Tensor,
     curv_out: Tensor | None,
+    steps: int = NS_STEPS,
 ) -> tuple[Tensor, float]:
     r"""Fit the weights on a criterion step and score the realised combination.
 
@@ -218,13 +240,14 @@ def mixture_loss(
         curv_in: the input factor in the right singular basis (``(..., r, r)``) or its
             diagonal (``(..., r)``).
         curv_out: the output factor in the left singular basis (``(..., r, r)``), or None.
+        steps: the Newton-Schulz steps combined (:func:`fit_weights`).
 
     Returns:
         The weights (``(..., K + 1)`` float64) and the relative loss
         ``1 - decrease(realised) / decrease(exact)`` (negative when the combination happens
         to score better; NaN when the exact member's decrease is not positive).
     """
-    w = fit_weights(s, a, scale, rtol)
+    w = fit_weights(s, a, scale, rtol, steps)
     P = (U * s.unsqueeze(-2)) @ Vh
     D = mixed_member(P, w if w.ndim > 1 else w.tolist(), a, scale, polar_norm(s, scale, rtol))
     dd = s if d is None else d

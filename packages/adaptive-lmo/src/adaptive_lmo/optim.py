@@ -179,7 +179,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
             routine, five bfloat16 Newton-Schulz steps; a layer the criterion put at
             0 < a < 1 takes a fitted sum of those iterates until its next choice when the
             surrogate scores it within ``min_gain`` of the exact member
-            (:mod:`adaptive_lmo.mixture`), else the SVD; criterion steps and fixed exponents
+            (:mod:`adaptive_lmo.mixture`; the fewest of 3-5 Newton-Schulz steps that pass),
+            else the SVD; criterion steps and fixed exponents
             take the SVD; float64 always exact), ``"svd"`` (exact everywhere) or
             ``"iterative"`` (matmul-only fractional power; a step whose iteration does not
             converge takes the SVD, with one warning per layer). See :mod:`adaptive_lmo.fractional`.
@@ -543,7 +544,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
         Returns:
             ``{name: {"exponent", "schatten_p", "source", "steps", "matrix_shape",
             "output_shrinkage", "exact_polar", "spectral_estimated", "spectral_exact",
-            "mixture", "mixture_loss"}}``;
+            "mixture", "mixture_loss", "mixture_steps"}}``;
             ``exponent`` is None before the first
             step of an ``"auto"`` layer; ``output_shrinkage`` is the Ledoit-Wolf weight of the
             last K-FAC choice (mean over a batched view), None when there was none;
@@ -554,7 +555,8 @@ class AdaptiveLMO(ExponentController, Optimizer):
             steps off a = 0 between criterion steps take the weighted Newton-Schulz iterates
             (:mod:`adaptive_lmo.mixture`) instead of an SVD, and ``mixture_loss`` is the
             surrogate decrease the realised mixture lost against the exact member at the last
-            choice (None where not scored).
+            choice (None where not scored); ``mixture_steps``: the Newton-Schulz steps the
+            accepted mixture combines (the fewest that passed), None without one.
         """
         out: dict[str, dict[str, Any]] = {}
         for g in self.param_groups:
@@ -575,6 +577,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
                     "spectral_exact": st.get("spectral_exact", 0),
                     "mixture": "mixture" in st,
                     "mixture_loss": st.get("mixture_loss"),
+                    "mixture_steps": _mixture_steps(st.get("mixture")),
                 }
         return out
 
@@ -806,3 +809,10 @@ class AdaptiveLMO(ExponentController, Optimizer):
         """Whether ``D`` goes into ``p`` without a conversion: same dtype, or torch Muon's
         bfloat16 factor into a float32 parameter (exact: bfloat16 widens to float32)."""
         return D.dtype == p.dtype or (D.dtype == torch.bfloat16 and p.dtype == torch.float32)
+
+
+def _mixture_steps(w: Any) -> int | None:
+    """The Newton-Schulz steps a layer's mixture weights combine (``K + 1`` weights)."""
+    if w is None:
+        return None
+    return (w.shape[-1] if isinstance(w, Tensor) else len(w)) - 1
