@@ -13,9 +13,10 @@ from torch import nn
 import adaptive_lmo.controller as controller
 from adaptive_lmo import AdaptiveLMO
 from adaptive_lmo.fractional import fractional_update
-from adaptive_lmo.mixture import MIXTURE_STEPS, mixed_member
+from adaptive_lmo.mixture import mixed_member
 
 N_IN, N_OUT, ROWS = 37, 23, 300
+CANDIDATES = (3, 4, 5)
 
 
 OPTIONS = dict(
@@ -67,10 +68,12 @@ def test_between_criterion_steps_the_update_is_the_fitted_mixture():
 
 @pytest.mark.parametrize("losses", [(0.5, 0.005, 0.0), (0.002, 0.5, 0.5), (0.5, 0.5, 0.003)])
 def test_the_fewest_newton_schulz_steps_that_pass_are_taken(losses, monkeypatch):
-    """The step counts of MIXTURE_STEPS are scored cheapest first and the first whose loss is
-    below min_gain is taken (later ones are not scored); between criterion steps the update
-    combines exactly that many Newton-Schulz steps (the weights the fit gave for them)."""
-    forced = dict(zip(MIXTURE_STEPS, losses, strict=True))
+    """With candidate step counts (3, 4, 5) (the default is 5 alone, mixture.MIXTURE_STEPS),
+    they are scored cheapest first and the first whose loss is below min_gain is taken (later
+    ones are not scored); between criterion steps the update combines exactly that many
+    Newton-Schulz steps (the weights the fit gave for them)."""
+    monkeypatch.setattr(controller, "MIXTURE_STEPS", CANDIDATES)
+    forced = dict(zip(CANDIDATES, losses, strict=True))
     scored = []
     real = controller.mixture_loss
 
@@ -83,8 +86,8 @@ def test_the_fewest_newton_schulz_steps_that_pass_are_taken(losses, monkeypatch)
     g = torch.Generator().manual_seed(1)
     _step(opt, w, g)
     geo = opt.geometry()["0.weight"]
-    want = next(k for k in MIXTURE_STEPS if forced[k] < OPTIONS["min_gain"])
-    assert scored == [k for k in MIXTURE_STEPS if k <= want]
+    want = next(k for k in CANDIDATES if forced[k] < OPTIONS["min_gain"])
+    assert scored == [k for k in CANDIDATES if k <= want]
     assert geo["mixture"] and geo["mixture_steps"] == want and geo["mixture_loss"] == forced[want]
     weights, a = opt.state[w]["mixture"], geo["exponent"]
     assert len(weights) == want + 1
@@ -96,6 +99,7 @@ def test_the_fewest_newton_schulz_steps_that_pass_are_taken(losses, monkeypatch)
 
 def test_no_passing_step_count_means_no_mixture(monkeypatch):
     """Every step count scored at or above min_gain: all are tried, none is used."""
+    monkeypatch.setattr(controller, "MIXTURE_STEPS", CANDIDATES)
     scored = []
     monkeypatch.setattr(
         controller,
@@ -105,7 +109,7 @@ def test_no_passing_step_count_means_no_mixture(monkeypatch):
     _, opt, w = _setup(min_gain=0.05)
     _step(opt, w, torch.Generator().manual_seed(2), spread=0.25)
     geo = opt.geometry()["0.weight"]
-    assert scored == list(MIXTURE_STEPS) and not geo["mixture"] and geo["mixture_steps"] is None
+    assert scored == list(CANDIDATES) and not geo["mixture"] and geo["mixture_steps"] is None
 
 
 def test_rejected_mixture_keeps_the_svd(monkeypatch):

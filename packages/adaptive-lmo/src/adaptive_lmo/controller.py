@@ -210,11 +210,11 @@ class ExponentController:
         """The mixture's weights and loss for exponent ``a`` (computed once per step and a).
 
         The cheapest that passes: the step counts of
-        :data:`adaptive_lmo.mixture.MIXTURE_STEPS` are tried in order and the first whose
-        realised combination loses less than ``min_gain`` against the exact member is taken
-        (the acceptance test of :meth:`_mixture_rule`: every passing combination may stand in
-        for the exact member, so the fewest Newton-Schulz steps are paid); none passing: the
-        last one tried, which the rule then rejects.
+        :data:`adaptive_lmo.mixture.MIXTURE_STEPS` (by default torch Muon's five alone; fewer
+        did not survive the spectrum's drift, see there) are tried in order and the first
+        whose realised combination loses less than ``min_gain`` against the exact member is
+        taken (the acceptance test of :meth:`_mixture_rule`); none passing: the last one
+        tried, which the rule then rejects.
         """
         if crit.mixture is not None and crit.mixture[0] == a:
             return crit.mixture[1], crit.mixture[2]

@@ -179,8 +179,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
             routine, five bfloat16 Newton-Schulz steps; a layer the criterion put at
             0 < a < 1 takes a fitted sum of those iterates until its next choice when the
             surrogate scores it within ``min_gain`` of the exact member
-            (:mod:`adaptive_lmo.mixture`; the fewest of 3-5 Newton-Schulz steps that pass),
-            else the SVD; criterion steps and fixed exponents
+            (:mod:`adaptive_lmo.mixture`), else the SVD; criterion steps and fixed exponents
             take the SVD; float64 always exact), ``"svd"`` (exact everywhere) or
             ``"iterative"`` (matmul-only fractional power; a step whose iteration does not
             converge takes the SVD, with one warning per layer). See :mod:`adaptive_lmo.fractional`.
@@ -556,7 +555,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
             (:mod:`adaptive_lmo.mixture`) instead of an SVD, and ``mixture_loss`` is the
             surrogate decrease the realised mixture lost against the exact member at the last
             choice (None where not scored); ``mixture_steps``: the Newton-Schulz steps the
-            accepted mixture combines (the fewest that passed), None without one.
+            accepted mixture combines, None without one.
         """
         out: dict[str, dict[str, Any]] = {}
         for g in self.param_groups:
