@@ -4,12 +4,14 @@ Phase 1 of ``teacher-student`` (quick problem, layer B frozen at the teacher) tr
 alone with ``exponent="auto"``. On the exact route (``method="svd"``, what the experiments
 pin) it reaches the fixed exponents' level; on the default route it does not. This probe
 runs that training (4 seeds, lr 0.1: the exact route's best lr of the experiment's grid) on
-one route and with the default route's rules switched off one at a time, and records the
+one route and with the default route's rules switched off (or, ``keep-unresolved``, an
+accepted mixture kept on its point gain) one at a time, and records the
 test MSE and, on every mixture step, the realised direction's relative error against the
 exact family member of the same direction (float64 SVD).
 
     python packages/adaptive-lmo/probes/teacher_student_alone_route.py \\
-        [--variant exact|default|no-mixture|no-cost|no-mixture-no-cost|five-step-mixture] \\
+        [--variant exact|default|no-mixture|no-cost|no-mixture-no-cost|keep-unresolved] \\
+        [--mixture-steps 3,4,5] \\
         [--out f.json]
 """
 
@@ -29,7 +31,14 @@ import adaptive_lmo.optim as optim_mod
 from adaptive_lmo.experiments import teacher_student as ts
 from adaptive_lmo.fractional import fractional_update
 
-VARIANTS = ("exact", "default", "no-mixture", "no-cost", "no-mixture-no-cost", "five-step-mixture")
+VARIANTS = (
+    "exact",
+    "default",
+    "no-mixture",
+    "no-cost",
+    "no-mixture-no-cost",
+    "keep-unresolved",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", choices=VARIANTS, default="default")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument(
+        "--mixture-steps", default=None, help="candidate step counts, e.g. 3,4,5 (default: 5)"
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -45,8 +57,20 @@ def main(argv: list[str] | None = None) -> int:
         controller.mixture_loss = lambda *a, steps=5, **k: (torch.zeros(steps + 1), math.inf)
     if args.variant in ("no-cost", "no-mixture-no-cost"):
         controller.ExponentController._cost_rule = lambda self, *a: ""
-    if args.variant == "five-step-mixture":
-        controller.MIXTURE_STEPS = (5,)
+    if args.mixture_steps:
+        controller.MIXTURE_STEPS = tuple(int(k) for k in args.mixture_steps.split(","))
+    if args.variant == "keep-unresolved":
+        # an accepted mixture stands on its point gain over a = 0 (no resolved bound needed)
+        def keeps(self, it, crit, a, low):
+            if not self._mixable(it, crit, a):
+                return False
+            _, loss = self._score_mixture(it, crit, a)
+            at = torch.tensor([a, 0.0], dtype=torch.float64)
+            dec = controller.surrogate_decrease(at, crit.s, crit.curv, crit.d)
+            gain = float(dec[0] / dec[1]) - 1.0
+            return loss < it.group["min_gain"] and (1.0 + gain) * (1.0 - loss) > 1.0
+
+        controller.ExponentController._mixture_keeps = keeps
     errors: list[float] = []
     mixed = optim_mod.mixed_member
 
@@ -86,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": seed,
             "test_mse": out.test,
             "exponents_A": out.exponents.get("A.weight", []),
-            "mixture_steps": len(errors),
+            "steps_on_mixture": len(errors),
             "mixture_error_median": statistics.median(errors) if errors else None,
             "mixture_error_max": max(errors) if errors else None,
         }
@@ -97,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.variant}: layer A alone, lr {args.lr}, mean test MSE {mean:.4f}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"variant": args.variant, "lr": args.lr, "mean": mean, "rows": rows}, f)
+            steps = list(controller.MIXTURE_STEPS)
+            json.dump(
+                {"variant": args.variant, "mixture_steps": steps, "lr": args.lr, "mean": mean,
+                 "rows": rows},
+                f,
+            )  # fmt: skip
     return 0
 
 
