@@ -3,6 +3,8 @@ an independent least-squares solve, float64 SVD maps, a brute-force Kronecker cu
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -32,27 +34,70 @@ def _rel(a, b):
     return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
 
 
+def _nnls_by_supports(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||Ax - b|| over x >= 0 by brute force: the unconstrained least squares on every
+    support, the best feasible one (the optimum of this convex problem is the least-squares
+    solution on its own support; an algorithm independent of SciPy's active set)."""
+    n = A.shape[1]
+    best, best_x = np.inf, None
+    for mask in itertools.product([False, True], repeat=n):
+        if not any(mask):
+            continue
+        idx = np.flatnonzero(mask)
+        sol = np.linalg.lstsq(A[:, idx], b, rcond=None)[0]
+        if (sol < 0).any():
+            continue
+        x = np.zeros(n)
+        x[idx] = sol
+        r = np.linalg.norm(A @ x - b)
+        if r < best:
+            best, best_x = r, x
+    return best_x
+
+
 @pytest.mark.parametrize("scale", ["none", "polar", "spectral"])
 @pytest.mark.parametrize("a", [0.2, 0.5, 0.85])
 @pytest.mark.parametrize("steps", [3, 5])
 def test_fit_solves_the_ridge_problem(scale, a, steps):
-    """The weights equal numpy's least-squares solution of the augmented system
-    [B; diag(delta_k ||f_k||)] w = [t; 0] (the ridge objective written as one lstsq), for
-    the table's first ``steps`` quintics."""
+    """The weights solve the ridge problem with w >= 0 for the table's first ``steps``
+    quintics: [B; diag(delta_k ||f_k||)] w ~ [t; 0] written as one least-squares system,
+    against the brute-force optimum over supports. Error model: each support's solve is
+    backward stable, so w is within ~cond^2 eps of the reference (normal-equation bound)."""
     s = torch.linalg.svdvals(_rand((47, 31), 1))
     rtol = default_rtol(47, 31, torch.float64)
     w = fit_weights(s, a, scale, rtol, steps)
-    assert w.shape == (steps + 1,)
+    assert w.shape == (steps + 1,) and bool((w >= 0).all())
     B = newton_schulz_spectra(s, MUON[:steps]).numpy()
     t = target_spectrum(s, a, scale, rtol).numpy()
     delta = BF16_U * np.arange(1, steps + 2)
     R = np.diag(delta * np.linalg.norm(B, axis=0))
-    ref = np.linalg.lstsq(np.vstack([B, R]), np.concatenate([t, np.zeros(steps + 1)]), rcond=None)[
-        0
-    ]
-    # normal equations square the system's condition number (<= 1/min ridge ~ 1e3 here)
-    cond = np.linalg.cond(np.vstack([B, R]))
+    A, b = np.vstack([B, R]), np.concatenate([t, np.zeros(steps + 1)])
+    ref = _nnls_by_supports(A, b)
+    cond = np.linalg.cond(A)
     assert np.linalg.norm(w.numpy() - ref) <= 50 * cond**2 * U64 * np.linalg.norm(ref)
+
+
+def test_fitted_map_stays_positive_and_bounded_off_its_spectrum():
+    """Weights fitted on one spectrum, evaluated on a grid of normalised singular values over
+    (0, 1]: the map is positive everywhere (Muon's quintic has no positive root and the
+    weights are >= 0) and at most sum(w) times the iterates' largest value, whatever the
+    spectrum drifts to. The spectra are a spike over a small bulk (teacher-student's layer A
+    has this shape); on the bulk-0.01, a = 0.2 case unconstrained weights map part of (0, 1]
+    below -1, i.e. flip those directions."""
+    g = torch.Generator().manual_seed(0)
+    for bulk, a in ((0.01, 0.2), (0.1, 0.2), (0.1, 0.5), (0.03, 0.85)):
+        jitter = 0.5 + torch.rand(31, generator=g, dtype=torch.float64)
+        s = torch.cat([torch.ones(1, dtype=torch.float64), bulk * jitter])
+        w = fit_weights(s, a, "polar", default_rtol(32, 64, torch.float32))
+        x = torch.logspace(-6, 0, 2001, dtype=torch.float64)  # normalised values
+        cols = [x]
+        for a3, b3, c3 in MUON:  # the iterates' maps, composed here by hand
+            y = cols[-1]
+            cols.append(y * (a3 + y * y * (b3 + c3 * y * y)))
+        f = torch.stack(cols, dim=-1)  # (grid, K+1)
+        mapped = f @ w
+        assert bool((mapped > 0).all())
+        assert float(mapped.max()) <= float(w.sum()) * float(f.max()) * (1 + 1e-12)
 
 
 def test_target_is_the_exact_member_spectrum():

@@ -73,6 +73,7 @@ from .fractional import NS_DTYPE, NS_STEPS, NS_TABLE, lmo_direction, schatten_p
 from .groups import groups_from_params, split_fixed
 from .layer_step import LayerStep
 from .mixture import mixed_member
+from .mixture import preload as preload_mixture
 from .moments import adamw_update, any_nonfinite, direction, nonfinite_names
 from .options import (
     NONFINITE,
@@ -367,6 +368,11 @@ class AdaptiveLMO(ExponentController, Optimizer):
             for g in self.param_groups
         ):
             preload_quantiles()  # SciPy's import (~0.4 s) here, not inside a timed step
+        if any(
+            g["algorithm"] == "lmo" and g["exponent"] == "auto" and g["method"] == "auto"
+            for g in self.param_groups
+        ):
+            preload_mixture()  # the mixture's fit (scipy.optimize) likewise
 
     # -- construction -----------------------------------------------------------------------
 
