@@ -21,6 +21,8 @@ import argparse
 import json
 import math
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +32,9 @@ import adaptive_lmo.experiments._common as common
 import adaptive_lmo.optim as optim_mod
 from adaptive_lmo.experiments import teacher_student as ts
 from adaptive_lmo.fractional import fractional_update
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _teacher_student_default_route import _keep_unresolved as keep_unresolved
 
 VARIANTS = (
     "exact",
@@ -60,17 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mixture_steps:
         controller.MIXTURE_STEPS = tuple(int(k) for k in args.mixture_steps.split(","))
     if args.variant == "keep-unresolved":
-        # an accepted mixture stands on its point gain over a = 0 (no resolved bound needed)
-        def keeps(self, it, crit, a, low):
-            if not self._mixable(it, crit, a):
-                return False
-            _, loss = self._score_mixture(it, crit, a)
-            at = torch.tensor([a, 0.0], dtype=torch.float64)
-            dec = controller.surrogate_decrease(at, crit.s, crit.curv, crit.d)
-            gain = float(dec[0] / dec[1]) - 1.0
-            return loss < it.group["min_gain"] and (1.0 + gain) * (1.0 - loss) > 1.0
-
-        controller.ExponentController._mixture_keeps = keeps
+        keep_unresolved()  # the benchmark script's (one definition)
     errors: list[float] = []
     mixed = optim_mod.mixed_member
 
