@@ -388,3 +388,56 @@ def test_svd_polar_rejects_a_bad_rtol():
     for bad in (-0.1, 1.0, float("nan"), True):
         with pytest.raises(ValueError, match="rtol"):
             svd_polar(G, rtol=bad)
+
+
+@pytest.mark.parametrize("margin", [1.0, 1.01])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_in_place_normalisation_gives_the_same_bits(margin, dtype, gen):
+    """``inplace=True`` divides the caller's tensor by the same denominator the copying path
+    uses (``(norm * margin).clamp_min(eps)``, the multiplication skipped only where it is
+    exact), so the values are bitwise those of the out-of-place formula."""
+    X = torch.randn(3, 37, 53, generator=gen).to(dtype)
+    norm = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
+    expected = X / (norm * margin).clamp_min(1e-7)
+    copy = X.clone()
+    out = normalize_frobenius(copy, margin=margin, inplace=True)
+    assert out.data_ptr() == copy.data_ptr()
+    assert torch.equal(out, expected)
+    assert torch.equal(normalize_frobenius(X, margin=margin), expected)
+
+
+def test_overwrite_input_is_opt_in_and_changes_no_result(gen):
+    """A bfloat16 input already in the iteration dtype is left intact unless the caller
+    allows overwriting; with it, the result is bit for bit the same (torch Muon's too)."""
+    for shape in [(37, 53), (53, 37), (2, 19, 23)]:
+        G = torch.randn(shape, generator=gen).to(torch.bfloat16)
+        kept = G.clone()
+        ours = msign(G, method="muon", steps=5, dtype=torch.bfloat16)
+        assert torch.equal(G, kept)  # not overwritten by default
+        again = msign(G.clone(), method="muon", steps=5, dtype=torch.bfloat16, overwrite_input=True)
+        assert torch.equal(again, ours)
+        if len(shape) == 2:
+            theirs = _zeropower_via_newtonschulz(kept, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+            assert torch.equal(ours, theirs)
+        # a float32 input is converted first, so never overwritten
+        G32 = torch.randn(shape, generator=gen)
+        k32 = G32.clone()
+        msign(G32, method="muon", steps=5, dtype=torch.bfloat16, overwrite_input=True)
+        assert torch.equal(G32, k32)
+
+
+def test_checked_table_is_coefficients_for_checked_once():
+    from shared_core.polar import coefficients_for
+    from shared_core.polar.newton_schulz import checked_table
+
+    for name in NS_TABLES:
+        for steps in (None, 0, 3, 9):
+            t = checked_table(name, steps)
+            assert [tuple(c) for c in t] == [tuple(c) for c in coefficients_for(name, steps)]
+            assert checked_table(name, steps) is t  # cached: the checks run once
+    # bad arguments raise as coefficients_for does (True is not the int 1, a list is unhashable)
+    for steps in (True, -1, [3], 2.0):
+        with pytest.raises(ValueError, match="steps"):
+            checked_table("muon", steps)
+    with pytest.raises(ValueError, match="no-such-table"):
+        checked_table("no-such-table", 3)

@@ -98,6 +98,28 @@ def test_last_unit_weight_is_newton_schulz_exactly(gen):
     assert torch.equal(got, newton_schulz(G, MUON, dtype=torch.bfloat16).float())
 
 
+@pytest.mark.parametrize("w", [[0.0, 0.0, 0.3, 0.0, 0.5, 0.2], [0.0, 0.7, 0.0, 0.0, 0.0, 0.0]])
+def test_zero_weights_skip_their_iterates_without_changing_the_sum(gen, w):
+    """Zero weights are not added; the sum is each bfloat16 iterate (``newton_schulz`` on the
+    first k steps, the same ops) times its weight, summed in float32: within float32
+    rounding of the float64 sum of those iterates, ``(K + 1) u32 sum_k |w_k| |X_k|`` per
+    entry."""
+    G = torch.randn(27, 44, generator=gen)
+    got = newton_schulz_combination(G, MUON, w, dtype=torch.bfloat16)
+    its = [newton_schulz(G, MUON[:k], dtype=torch.bfloat16).double() for k in range(6)]
+    ref = sum(wk * x for wk, x in zip(w, its, strict=True))
+    scale = sum(abs(wk) * x.abs() for wk, x in zip(w, its, strict=True))
+    bound = 6 * torch.finfo(torch.float32).eps * scale
+    assert bool(((got.double() - ref).abs() <= bound + 1e-30).all())
+
+
+def test_all_zero_weights_still_propagate_a_nan(gen):
+    G = torch.randn(9, 12, generator=gen)
+    G[2, 3] = float("nan")
+    got = newton_schulz_combination(G, MUON, [0.0] * 6, dtype=torch.bfloat16, check_finite=False)
+    assert torch.isnan(got).any()
+
+
 def test_spectra_normalisation_and_margin():
     s = torch.tensor([3.0, 4.0, 0.0])
     F = newton_schulz_spectra(s, MUON, margin=2.0)

@@ -189,7 +189,11 @@ def test_adjust_lr_fn_has_torch_meaning():
 
 
 def test_no_host_read_per_matrix_outside_criterion_steps(monkeypatch):
-    """Count Python-level reads of tensor values (bool/float/int/item) during a step."""
+    """Count Python-level reads of tensor values (bool/float/int/item) during a step, on the
+    accelerator's code path (``host_reads_are_free`` says no, as it does for CUDA)."""
+    import adaptive_lmo.optim as optim_module
+
+    monkeypatch.setattr(optim_module, "host_reads_are_free", lambda device: False)
     m = _mlp()
     o = AdaptiveLMO(m, update_every=50)
     _train_step(m, o, 0)
@@ -205,6 +209,7 @@ def test_no_host_read_per_matrix_outside_criterion_steps(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, counted)
     _train_step(m, o, 2)
     monkeypatch.undo()
+    monkeypatch.setattr(optim_module, "host_reads_are_free", lambda device: False)
     assert len(reads) == 1  # the one all-gradient finiteness check
     o.nonfinite = "off"
     reads.clear()
@@ -218,6 +223,50 @@ def test_no_host_read_per_matrix_outside_criterion_steps(monkeypatch):
     _train_step(m, o, 3)
     monkeypatch.undo()
     assert reads == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_floor_branch_reads_once_per_matrix_and_changes_no_update(monkeypatch, dtype):
+    """On the CPU the direction floor's factor is read and the rescale skipped where it is 1
+    (one read per matrix); the accelerator's unconditional rescale gives the same step.
+    float64 runs the same ops both ways (bit for bit); the float32 default route adds the
+    bfloat16 factor directly instead of its float32 product with 1.0, so the two may differ
+    by the rounding of one addition: at most 2 u32 (|p| + |dp|) per entry. A direction
+    below the floor is rescaled on both paths by the same ops (bit for bit)."""
+    import adaptive_lmo.optim as optim_module
+
+    def run(free, scale):
+        monkeypatch.setattr(optim_module, "host_reads_are_free", lambda device: free)
+        torch.manual_seed(3)
+        m = nn.Sequential(nn.Linear(11, 19), nn.Tanh(), nn.Linear(19, 13), nn.Linear(13, 3))
+        m = m.to(dtype)
+        o = AdaptiveLMO(m, exponent=0.0, head="3", direction_floor=1e-3)
+        before = [p.detach().clone() for p in m.parameters()]
+        reads = []
+        orig = torch.Tensor.__bool__
+
+        def counted(self):
+            reads.append(1)
+            return orig(self)
+
+        x = torch.randn(23, 11, generator=torch.Generator().manual_seed(5), dtype=dtype)
+        o.zero_grad()
+        (scale * m(x).square().mean()).backward()
+        monkeypatch.setattr(torch.Tensor, "__bool__", counted)
+        o.step()
+        monkeypatch.setattr(torch.Tensor, "__bool__", orig)
+        return before, [p.detach().clone() for p in m.parameters()], len(reads)
+
+    for scale in (1.0, 1e-9):  # above the floor, and far below it (factor < 1)
+        p0, cpu, n_cpu = run(True, scale)
+        _, acc, n_acc = run(False, scale)
+        assert (n_cpu, n_acc) == (2, 0)  # two hidden matrices; the head is on AdamW
+        for a, b, z in zip(cpu, acc, p0, strict=True):
+            if dtype == torch.float64 or scale < 1:
+                assert torch.equal(a, b)
+            else:
+                u = torch.finfo(torch.float32).eps / 2
+                assert bool(((a - b).abs() <= 2 * u * (z.abs() + (a - z).abs())).all())
 
 
 @pytest.mark.parametrize("method", ["auto", "svd"])

@@ -59,8 +59,8 @@ from torch import Tensor
 from ._checks import check_finite as _check_finite
 from ._checks import check_matrix, check_symmetric, exact_dtype
 from ._svd import default_rtol, significant, svd_apply
-from .coefficients import DEFAULT_TABLE, NS_TABLES, coefficients_for, table_info
-from .newton_schulz import newton_schulz
+from .coefficients import DEFAULT_TABLE, NS_TABLES, table_info
+from .newton_schulz import checked_table, newton_schulz
 
 __all__ = ["METHODS", "auto_method", "eigh_sign", "gram_polar", "msign", "svd_polar"]
 
@@ -242,6 +242,7 @@ def msign(
     *,
     eps: float = 1e-7,
     check_finite: bool = True,
+    overwrite_input: bool = False,
 ) -> Tensor:
     r"""Polar factor :math:`UV^\top` of ``G`` (matrix sign for symmetric ``G``), batched.
 
@@ -258,6 +259,8 @@ def msign(
         eps: floor of the Frobenius normalisation's denominator (Newton-Schulz).
         check_finite: raise ``ValueError`` on NaN/inf input (on CUDA this costs one host
             sync); with ``False`` non-finite input gives non-finite output.
+        overwrite_input: ``G`` may be overwritten (Newton-Schulz normalises it in place when
+            it is already in the iteration dtype; the exact routes ignore it). Same result.
 
     Returns:
         A tensor shaped and typed like ``G``.
@@ -295,9 +298,10 @@ def msign(
     info = table_info(method)
     return newton_schulz(
         G,
-        coefficients_for(method, steps),
+        checked_table(method, steps),
         margin=info.margin,
         eps=eps,
         dtype=dtype,
         check_finite=check_finite,
+        overwrite_input=overwrite_input,
     )

@@ -22,6 +22,7 @@ On CUDA each step is ``torch.ops.shared_core.ns_step`` (Triton SYRK kernels,
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -33,6 +34,7 @@ from shared_core.kernels.ns_step import ns_step_reference
 
 from ._checks import check_finite as _check_finite
 from ._checks import check_matrix, iteration_dtype
+from .coefficients import coefficients_for
 
 __all__ = [
     "newton_schulz",
@@ -45,7 +47,12 @@ _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def normalize_frobenius(
-    X: Tensor, *, margin: float = 1.0, eps: float = 1e-7, check_finite: bool = True
+    X: Tensor,
+    *,
+    margin: float = 1.0,
+    eps: float = 1e-7,
+    check_finite: bool = True,
+    inplace: bool = False,
 ) -> Tensor:
     r""":math:`X / \max(\|X\|_F \cdot \text{margin}, \text{eps})` per matrix (last two dims).
 
@@ -56,9 +63,11 @@ def normalize_frobenius(
         check_finite: raise ``ValueError`` on NaN/inf. The check reads the norm, which is
             computed anyway; when the norm overflows while every entry is finite, ``X`` is
             first rescaled by its largest entry (the polar factor is scale invariant).
+        inplace: divide ``X`` itself (its values are overwritten): saves an allocation when
+            the caller owns ``X``, as torch.optim.Muon's ``div_`` does. Same values either way.
 
     Returns:
-        The normalised tensor, dtype of ``X``.
+        The normalised tensor, dtype of ``X`` (``X`` itself with ``inplace=True``).
 
     Example:
         >>> normalize_frobenius(torch.tensor([[3.0, 0.0], [0.0, 4.0]]))
@@ -68,12 +77,21 @@ def normalize_frobenius(
     norm = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
     if check_finite and not bool(torch.isfinite(norm).all()):
         _check_finite(X, "normalize_frobenius")
-        X = X / X.abs().amax(dim=(-2, -1), keepdim=True)
+        X = X / X.abs().amax(dim=(-2, -1), keepdim=True)  # a copy: X is no longer the input
         norm = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
-    return X / (norm * margin).clamp_min(eps)
+        inplace = True
+    # norm is this call's own tensor; a margin of 1 skips a multiplication that is exact
+    denom = (norm if margin == 1 else norm * margin).clamp_min_(eps)
+    return X.div_(denom) if inplace else X / denom
 
 
-def _check_coefficients(coefficients: Sequence[Sequence[float]]) -> list[tuple[float, ...]]:
+class _Checked(tuple):
+    """A coefficient table that passed :func:`_check_coefficients` (never re-checked)."""
+
+
+def _check_coefficients(coefficients: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
+    if type(coefficients) is _Checked:
+        return coefficients
     out = []
     for i, abc in enumerate(coefficients):
         try:
@@ -85,7 +103,21 @@ def _check_coefficients(coefficients: Sequence[Sequence[float]]) -> list[tuple[f
         if not all(math.isfinite(v) for v in (a, b, c)):
             raise ValueError(f"coefficients[{i}] must be finite, got {abc!r}")
         out.append((a, b, c))
-    return out
+    return _Checked(out)
+
+
+def checked_table(name: str, steps: int | None) -> tuple[tuple[float, ...], ...]:
+    """:func:`shared_core.polar.coefficients_for` ``(name, steps)``, checked once and cached
+    (an immutable tuple): the per-call checks of a hot loop's fixed table cost ~20 µs, about
+    2% of a 256² Newton-Schulz on a CPU. Invalid arguments raise as ``coefficients_for``."""
+    if isinstance(name, str) and (steps is None or type(steps) is int):
+        return _cached_table(name, steps)
+    return _check_coefficients(coefficients_for(name, steps))  # raises the documented error
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_table(name: str, steps: int | None) -> tuple[tuple[float, ...], ...]:
+    return _check_coefficients(coefficients_for(name, steps))
 
 
 def newton_schulz(
@@ -96,6 +128,7 @@ def newton_schulz(
     eps: float = 1e-7,
     dtype: torch.dtype | None = None,
     check_finite: bool = True,
+    overwrite_input: bool = False,
 ) -> Tensor:
     r"""Apply Newton-Schulz quintic steps to the Frobenius-normalised ``G``.
 
@@ -108,6 +141,9 @@ def newton_schulz(
         dtype: iteration dtype; ``None`` is bfloat16 on CUDA and float32 elsewhere.
         check_finite: raise ``ValueError`` on NaN/inf input (one scalar check; on CUDA a
             host sync). With ``False`` a non-finite input gives a non-finite output.
+        overwrite_input: ``G`` may be overwritten (normalised in place when it is already
+            in the iteration dtype), like SciPy's ``overwrite_a``: for a caller that made
+            ``G`` as a copy, as torch.optim.Muon does. The result is the same.
 
     Returns:
         ``U f(Σ) V^T`` shaped like ``G``, in ``G``'s dtype.
@@ -119,7 +155,9 @@ def newton_schulz(
         True
     """
     coeffs = _check_coefficients(coefficients)
-    X, transposed = _normalised(G, margin, eps, dtype, check_finite, "newton_schulz")
+    X, transposed = _normalised(
+        G, margin, eps, dtype, check_finite, "newton_schulz", overwrite_input
+    )
     step = _step_for(X)
     for a, b, c in coeffs:
         X = step(X, a, b, c)
@@ -135,18 +173,25 @@ def _normalised(
     dtype: torch.dtype | None,
     check_finite: bool,
     what: str,
+    overwrite_input: bool = False,
 ) -> tuple[Tensor, bool]:
-    """Checks, the iteration dtype, the wide orientation and the normalisation: ``X_0``."""
+    """Checks, the iteration dtype, the wide orientation and the normalisation: ``X_0``.
+
+    The normalisation divides in place when ``X`` is this call's own copy (the dtype
+    conversion made one) or the caller allowed ``G`` to be overwritten.
+    """
     G = check_matrix(G, what)
     if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 1):
         raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
     if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
     X = G.to(iteration_dtype(G, dtype))
+    owned = overwrite_input or X is not G
     transposed = X.shape[-2] > X.shape[-1]
     if transposed:
         X = X.mT
-    return normalize_frobenius(X, margin=margin, eps=eps, check_finite=check_finite), transposed
+    X = normalize_frobenius(X, margin=margin, eps=eps, check_finite=check_finite, inplace=owned)
+    return X, transposed
 
 
 def _step_for(X: Tensor) -> Callable[[Tensor, float, float, float], Tensor]:
@@ -264,8 +309,14 @@ def newton_schulz_combination(
             X = step(X, a, b, c)
             acc.add_(scaled[k](X))
     else:  # shared Python weights: scaled additions straight from the iteration dtype
-        acc = X.to(acc_dtype, copy=True).mul_(ws[0])
+        # a zero weight's iterate is not added (non-negative fits often zero the first ones:
+        # a pass saved each); every weight zero keeps 0 * X_0, so a NaN input still shows
+        first = next((k for k, v in enumerate(ws) if v != 0.0), 0)
+        acc = X.to(acc_dtype, copy=True).mul_(ws[0]) if first == 0 else None
         for k, (a, b, c) in enumerate(coeffs, start=1):
             X = step(X, a, b, c)
-            acc.add_(X, alpha=ws[k])
+            if k == first:
+                acc = X.to(acc_dtype, copy=True).mul_(ws[k])
+            elif k > first and ws[k] != 0.0:
+                acc.add_(X, alpha=ws[k])
     return acc.mT if transposed else acc
