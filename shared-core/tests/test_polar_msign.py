@@ -441,3 +441,28 @@ def test_checked_table_is_coefficients_for_checked_once():
             checked_table("muon", steps)
     with pytest.raises(ValueError, match="no-such-table"):
         checked_table("no-such-table", 3)
+
+
+@pytest.mark.parametrize("case", ["overwrite", "converted", "plain"])
+def test_gradients_flow_through_newton_schulz(case, gen):
+    """The in-place normalisation is skipped while autograd records (the norm's backward
+    needs its input unchanged), whether the caller allowed overwriting or a dtype conversion
+    made the copy. Directional derivative of <W, NS(G)> against central differences, error
+    model: O(h^2) truncation plus (input rounding) / h, i.e. 1e-6 relative in float64 input
+    with h = 1e-5 and 1e-3 in float32 input with h = 1e-2 (iterated in float64)."""
+    dt = torch.float32 if case == "converted" else torch.float64
+    G = torch.randn(7, 5, dtype=torch.float64, generator=gen).to(dt)
+    W = torch.randn(7, 5, dtype=torch.float64, generator=gen)
+    E = torch.randn(7, 5, dtype=torch.float64, generator=gen).to(dt)
+    C = [(1.875, -1.25, 0.375)] * 3
+
+    def f(x):
+        y = newton_schulz(x, C, dtype=torch.float64, overwrite_input=case == "overwrite")
+        return (W * y.double()).sum()
+
+    Gr = G.clone().requires_grad_(True)
+    f(Gr.clone() if case == "overwrite" else Gr).backward()
+    h, tol = (1e-2, 1e-3) if dt == torch.float32 else (1e-5, 1e-6)
+    fd = (f(G + h * E) - f(G - h * E)) / (2 * h)
+    got = float((Gr.grad.double() * E.double()).sum())
+    assert abs(got - float(fd)) < tol * (1 + abs(float(fd)))

@@ -81,7 +81,7 @@ def normalize_frobenius(
         norm = torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True)
         inplace = True
     # norm is this call's own tensor; a margin of 1 skips a multiplication that is exact
-    denom = (norm if margin == 1 else norm * margin).clamp_min_(eps)
+    denom = (norm if margin == 1 else norm * margin).clamp_min(eps)
     return X.div_(denom) if inplace else X / denom
 
 
@@ -178,7 +178,8 @@ def _normalised(
     """Checks, the iteration dtype, the wide orientation and the normalisation: ``X_0``.
 
     The normalisation divides in place when ``X`` is this call's own copy (the dtype
-    conversion made one) or the caller allowed ``G`` to be overwritten.
+    conversion made one) or the caller allowed ``G`` to be overwritten, and autograd is not
+    recording through it.
     """
     G = check_matrix(G, what)
     if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 1):
@@ -186,7 +187,8 @@ def _normalised(
     if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
     X = G.to(iteration_dtype(G, dtype))
-    owned = overwrite_input or X is not G
+    # in place only outside autograd: the norm's backward needs X as it was
+    owned = (overwrite_input or X is not G) and not (X.requires_grad and torch.is_grad_enabled())
     transposed = X.shape[-2] > X.shape[-1]
     if transposed:
         X = X.mT
