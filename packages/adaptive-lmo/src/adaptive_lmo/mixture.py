@@ -61,11 +61,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from shared_core.polar import (
-    coefficients_for,
-    newton_schulz_combination,
-    newton_schulz_spectra,
-)
+from shared_core.polar import newton_schulz_combination, newton_schulz_spectra
+from shared_core.polar.newton_schulz import checked_table
 
 from .criterion import weighted_decrease
 from .fractional import NS_DTYPE, NS_STEPS, NS_TABLE, power_weights
@@ -96,11 +93,12 @@ BF16_U = 2.0**-8
 MIXTURE_STEPS: tuple[int, ...] = (NS_STEPS,)
 
 
-def _coefficients(steps: int = NS_STEPS) -> list[tuple[float, float, float]]:
-    """The first ``steps`` quintics of torch Muon's table (its prefix: the same iterates)."""
-    if not 1 <= steps <= NS_STEPS:
+def _coefficients(steps: int = NS_STEPS) -> tuple[tuple[float, ...], ...]:
+    """The first ``steps`` quintics of torch Muon's table (its prefix: the same iterates),
+    checked once and cached by shared-core (a per-step call on the mixture's route)."""
+    if not (type(steps) is int and 1 <= steps <= NS_STEPS):
         raise ValueError(f"a mixture takes 1 to {NS_STEPS} Newton-Schulz steps, got {steps}")
-    return [tuple(c) for c in coefficients_for(NS_TABLE, NS_STEPS)][:steps]
+    return checked_table(NS_TABLE, steps)
 
 
 def target_spectrum(s: Tensor, a: float, scale: str, rtol: float) -> Tensor:
@@ -184,7 +182,10 @@ def mixed_member(
     The number of weights fixes the steps: ``K + 1`` weights combine the iterates of the
     first ``K`` steps of torch Muon's table. Costs ``K`` of its Newton-Schulz steps plus
     ``K + 1`` scaled additions (and one norm for ``scale="none"``). Returns float32 (float64
-    for float64 input, iterated in float64).
+    for float64 input, iterated in float64). Summing in bfloat16 instead was measured at
+    1.29x against 1.32x torch Muon's Newton-Schulz at 256² (1.19x against 1.23x at 512²; a
+    bfloat16 addition is no faster than a float32 one on the CPU): a few percent of one
+    layer's polar step, not worth rounding every addition, so the sum stays float32.
     """
     dtype = torch.float64 if X.dtype == torch.float64 else NS_DTYPE
     k1 = weights.shape[-1] if isinstance(weights, Tensor) else len(weights)
