@@ -427,8 +427,7 @@ def test_overwrite_input_is_opt_in_and_changes_no_result(gen):
 
 
 def test_checked_table_is_coefficients_for_checked_once():
-    from shared_core.polar import coefficients_for
-    from shared_core.polar.newton_schulz import checked_table
+    from shared_core.polar import checked_table, coefficients_for
 
     for name in NS_TABLES:
         for steps in (None, 0, 3, 9):

@@ -61,8 +61,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from shared_core.polar import newton_schulz_combination, newton_schulz_spectra
-from shared_core.polar.newton_schulz import checked_table
+from shared_core.polar import checked_table, newton_schulz_combination, newton_schulz_spectra
 
 from .criterion import weighted_decrease
 from .fractional import NS_DTYPE, NS_STEPS, NS_TABLE, power_weights

@@ -40,6 +40,7 @@ from .coefficients import (
 from .fractional import spectral_power
 from .msign import METHODS, auto_method, eigh_sign, gram_polar, msign, svd_polar
 from .newton_schulz import (
+    checked_table,
     newton_schulz,
     newton_schulz_combination,
     newton_schulz_spectra,
@@ -54,6 +55,7 @@ __all__ = [
     "NS_TABLES",
     "NSTable",
     "auto_method",
+    "checked_table",
     "coefficients_for",
     "default_rtol",
     "eigh_sign",

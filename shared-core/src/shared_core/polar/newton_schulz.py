@@ -107,9 +107,27 @@ def _check_coefficients(coefficients: Sequence[Sequence[float]]) -> tuple[tuple[
 
 
 def checked_table(name: str, steps: int | None) -> tuple[tuple[float, ...], ...]:
-    """:func:`shared_core.polar.coefficients_for` ``(name, steps)``, checked once and cached
-    (an immutable tuple): the per-call checks of a hot loop's fixed table cost ~20 µs, about
-    2% of a 256² Newton-Schulz on a CPU. Invalid arguments raise as ``coefficients_for``."""
+    """:func:`shared_core.polar.coefficients_for` ``(name, steps)``, checked once and cached.
+
+    The per-call checks of a hot loop's fixed table cost ~20 µs, about 2% of a 256²
+    Newton-Schulz on a CPU; :func:`newton_schulz` does not re-check a table from here.
+
+    Args:
+        name: table name.
+        steps: number of steps (``None``: the table's default).
+
+    Returns:
+        An immutable tuple of ``(a, b, c)`` tuples (the same object on every call).
+
+    Raises:
+        ValueError: as :func:`shared_core.polar.coefficients_for`.
+
+    Example:
+        >>> checked_table("muon", 2)
+        ((3.4445, -4.775, 2.0315), (3.4445, -4.775, 2.0315))
+        >>> checked_table("muon", 2) is checked_table("muon", 2)
+        True
+    """
     if isinstance(name, str) and (steps is None or type(steps) is int):
         return _cached_table(name, steps)
     return _check_coefficients(coefficients_for(name, steps))  # raises the documented error
