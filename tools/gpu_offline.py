@@ -126,6 +126,16 @@ BENCHMARKS: tuple[Bench, ...] = (
         150,
         "sketch at p = 10M, k = 4096 faster than a materialised projection and traker's",
     ),
+    # the per-step price of a layer off a = 0 and of an SVD against Newton-Schulz on the
+    # device: what a time-based criterion spacing for the GPU goal would be sized from
+    Bench(
+        "adaptive-lmo",
+        "benchmarks/bench_mixture.py",
+        ("--device", "cuda", "--quick"),
+        ("--device", "cpu", "--quick", "--repeats", "2"),
+        60,
+        "Newton-Schulz mixture and SVD route against torch Muon's Newton-Schulz (no goal)",
+    ),
 )
 
 

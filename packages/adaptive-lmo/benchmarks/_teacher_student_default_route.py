@@ -8,7 +8,16 @@ torch Muon's bf16 Newton-Schulz, layers off a = 0 on the Newton-Schulz mixture w
 accepted, the cost rule). Same rule, seeds, grids and report as the experiment.
 
     python packages/adaptive-lmo/benchmarks/_teacher_student_default_route.py --quick \\
-        [--keep-unresolved] --out /tmp/ts_default_route
+        [--keep-unresolved] [--optimizer-backoff] [--fisher] [--exact-polar] \\
+        --out /tmp/ts_default_route
+
+The experiments also pin ``backoff=0`` (their fixed criterion spacing); this diagnostic keeps
+that pin unless ``--optimizer-backoff`` is given, which leaves the optimizer's own default
+(3): with it every AdaptiveLMO option is the constructor's default, what a user gets.
+``--fisher``: AdaptiveLMO runs also call ``opt.fisher_backward(out, "mse")`` each step (the
+sampled-target Fisher the README's usage shows; an extra backward on criterion steps).
+``--exact-polar``: ``exact_polar=True`` (opt-in: a layer at a = 0 takes the exact polar
+factor where the surrogate resolves Newton-Schulz's loss above ``min_gain``).
 """
 
 from __future__ import annotations
@@ -18,12 +27,29 @@ import sys
 import adaptive_lmo.experiments._common as common
 from adaptive_lmo.experiments import teacher_student
 
+_EXTRA: dict = {}  # options set by the flags below
+_DROP: set = set()  # the experiments' pins to leave at the optimizer's default
+
 
 class _DefaultRoute(common.AdaptiveLMO):
     def __init__(self, *args, **kw) -> None:
         if kw.get("method") == "svd":
             kw["method"] = "auto"
-        super().__init__(*args, **kw)
+        for k in _DROP:
+            kw.pop(k, None)
+        super().__init__(*args, **{**kw, **_EXTRA})
+
+
+def _with_fisher() -> None:
+    """Every training run passes ``fisher="mse"`` to the experiments' loop (a no-op for
+    optimizers other than AdaptiveLMO, and for AdaptiveLMO with a fixed exponent)."""
+    loop = teacher_student.train_loop  # the name the experiment calls
+
+    def train_loop(*args, **kw):
+        kw.setdefault("fisher", "mse")
+        return loop(*args, **kw)
+
+    teacher_student.train_loop = train_loop
 
 
 def _keep_unresolved() -> None:
@@ -52,4 +78,13 @@ if __name__ == "__main__":
     if "--keep-unresolved" in argv:
         argv.remove("--keep-unresolved")
         _keep_unresolved()
+    if "--optimizer-backoff" in argv:
+        argv.remove("--optimizer-backoff")
+        _DROP.add("backoff")
+    if "--fisher" in argv:
+        argv.remove("--fisher")
+        _with_fisher()
+    if "--exact-polar" in argv:
+        argv.remove("--exact-polar")
+        _EXTRA["exact_polar"] = True
     sys.exit(teacher_student.main(argv))

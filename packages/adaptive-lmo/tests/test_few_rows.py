@@ -150,6 +150,38 @@ def test_switch_gain_is_the_surrogate_log_ratio_with_the_kish_rows():
     assert math.isnan(gain) and math.isnan(se) and n_eff == 0.0
 
 
+def test_spectrum_gain_scores_any_spectrum_and_is_switch_gain_on_members():
+    """Any two spectra (Newton-Schulz's map against the exact polar factor's ones): the
+    surrogate's log ratio by :func:`weighted_decrease`, the delta-method error and Kish's
+    rows by loops here; on the family's members it is :func:`switch_gain` to the bit."""
+    from adaptive_lmo.criterion import spectrum_gain, weighted_decrease
+    from adaptive_lmo.fractional import ns_spectrum
+
+    r, k = 11, 53
+    s, B, C, g = _population(r, 3)
+    Z = (torch.randn(k, r, generator=g, dtype=D64) @ B.T) * (1 + torch.rand(k, 1, generator=g))
+    d = s * (1 + 0.3 * torch.rand(r, generator=g, dtype=D64))
+    M = curvature_matrix(torch.eye(r, dtype=D64), Z) * C
+    ones, ns = torch.ones(r, dtype=D64), ns_spectrum(s)
+    assert float((ns - ones).abs().max()) > 0.1  # the two spectra differ
+    gain, se, n_eff = spectrum_gain(ones, ns, s, Z, C, d)
+    dec = weighted_decrease(torch.stack([ones, ns]), s, M, d)
+    assert gain == pytest.approx(math.log(float(dec[0] / dec[1])), rel=1e-9, abs=1e-12)
+    f = {i: torch.stack([(z * w) @ C @ (z * w) for z in Z]) for i, w in enumerate((ones, ns))}
+    h = f[0] / f[0].mean() - f[1] / f[1].mean()
+    assert se == pytest.approx(math.sqrt(float((h**2).sum()) / (k * (k - 1))), rel=1e-9)
+    kish = min(float(f[i].sum() ** 2 / (f[i] ** 2).sum()) for i in (0, 1))
+    assert n_eff == pytest.approx(kish, rel=1e-9)
+    # scale invariance: the gain compares directions, not lengths
+    g2 = spectrum_gain(3.0 * ones, 0.5 * ns, s, Z, C, d)
+    assert g2[0] == pytest.approx(gain, rel=1e-12) and g2[1] == pytest.approx(se, rel=1e-9)
+    top = s / s.max()
+    for a_new, a_old in ((0.9, 0.1), (0.0, 0.55)):
+        assert spectrum_gain(top.pow(a_new), top.pow(a_old), s, Z, C, d) == switch_gain(
+            a_new, a_old, s, Z, C, d
+        )
+
+
 def test_switch_gain_error_matches_monte_carlo_over_row_draws():
     r, k, reps = 7, 300, 400
     s, B, C, g = _population(r, 1)

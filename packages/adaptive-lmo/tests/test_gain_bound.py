@@ -11,6 +11,8 @@ wide margin, and the teacher-student problem.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -164,13 +166,25 @@ def test_ns_spectrum_is_what_newton_schulz_does_to_singular_values():
             assert float(ns_spectrum(s).min()) < 0.5
 
 
+def _row_error(Z, C, spectra):
+    """Delta-method variance of the log ratio of two spectra's surrogate denominators over
+    the rows ``Z`` (loop over rows) and the smaller Kish count, float64."""
+    f = [torch.stack([(z * w) @ C @ (z * w) for z in Z]) for w in spectra]
+    h = f[0] / f[0].mean() - f[1] / f[1].mean()
+    k = Z.shape[0]
+    return float((h**2).sum()) / (k * (k - 1)), min(float(x.sum() ** 2 / (x**2).sum()) for x in f)
+
+
 @pytest.mark.parametrize("beta", [1.0, 1.5, 2.0, 3.0])
-def test_exact_polar_at_a0_where_the_surrogate_says_newton_schulz_loses(beta, monkeypatch):
+def test_exact_polar_at_a0_where_the_surrogate_resolves_newton_schulz_loss(beta, monkeypatch):
     """Populations whose best member is a = 0 (beta >= 1), awkward spectra: at the criterion
     step the exact polar factor is scored against Newton-Schulz's spectrum; the flag follows
-    the surrogate recomputed here from its definition in float64, and the next
-    (non-criterion) step's direction is the exact ``U V^T`` when flagged, else torch Muon's
-    Newton-Schulz output."""
+    the lower 0.975 bound of that gain recomputed here from its definition in float64 (the
+    surrogate's ratio, the delta-method variance over both factors' rows, Student's t from
+    SciPy's distribution), and the next (non-criterion) step's direction is the exact
+    ``U V^T`` when flagged, else torch Muon's Newton-Schulz output."""
+    from scipy.stats import t as student_t
+
     import adaptive_lmo.controller as controller
     from adaptive_lmo.fractional import lmo_direction, ns_spectrum
 
@@ -183,11 +197,12 @@ def test_exact_polar_at_a0_where_the_surrogate_says_newton_schulz_loses(beta, mo
     w = net[0].weight
     opt = AdaptiveLMO(net, lr=1.0, momentum=0.0, nesterov=False, update_every=2,
                       stats="same_batch", backoff=0, head=None, min_gain=0.05,
-                      adjust_lr_fn="unit", exact_polar=True)  # fmt: skip
+                      adjust_lr_fn="unit", exact_polar=True, max_rows=N)  # fmt: skip
     P, Vf, lam = _population(m, n, beta, g)
     P = P * torch.logspace(0, -1, m, dtype=torch.float64).unsqueeze(1)  # an awkward spectrum
     X = (torch.randn(N, n, generator=g, dtype=torch.float64) * lam.sqrt()) @ Vf.T
     Gout = torch.randn(N, m, generator=g, dtype=torch.float64)
+    X, Gout = X.float().double(), Gout.float().double()  # the rows the optimizer sees
     w.grad = P.float()
     opt.record_activations(w, X.float(), output_gradients=Gout.float())
     opt.step()  # the criterion step: the exponent, then the exact-polar decision at a = 0
@@ -195,14 +210,20 @@ def test_exact_polar_at_a0_where_the_surrogate_says_newton_schulz_loses(beta, mo
     assert geo["exponent"] == 0.0, geo
     # the surrogate by hand: (sum d w)^2 / (2 w^T M w), M = (U^T B U) o (V^T S V), d = s
     U, s, Vh = torch.linalg.svd(P.float().double(), full_matrices=False)
-    M = (U.T @ (Gout.T @ Gout / N) @ U) * (Vh @ (X.T @ X / N) @ Vh.T)
+    B, S = U.T @ (Gout.T @ Gout / N) @ U, Vh @ (X.T @ X / N) @ Vh.T
+    ones, ns = torch.ones_like(s), ns_spectrum(s)
 
     def dec(wv):
-        return float((s * wv).sum() ** 2 / (2 * wv @ M @ wv))
+        return float((s * wv).sum() ** 2 / (2 * wv @ (B * S) @ wv))
 
-    loss = dec(torch.ones_like(s)) / dec(ns_spectrum(s)) - 1
-    if abs(loss - 0.05) > 0.02:  # away from the threshold (the statistics are float32)
-        assert geo["exact_polar"] == (loss >= 0.05), loss
+    loss = dec(ones) / dec(ns) - 1
+    var_out, k_out = _row_error(Gout @ U, S, (ones, ns))  # output rows, input factor fixed
+    var_in, k_in = _row_error(X @ Vh.T, B, (ones, ns))  # input rows, output factor fixed
+    df = math.floor(min(k_out, k_in)) - 1
+    low = math.expm1(math.log1p(loss) - student_t.ppf(0.975, df) * math.sqrt(var_out + var_in))
+    assert low < loss
+    if abs(low - 0.05) > 0.02:  # away from the threshold (the statistics are float32)
+        assert geo["exact_polar"] == (loss > 0 and low >= 0.05), (loss, low)
     before = w.detach().clone()
     w.grad = P.float()
     opt.step()  # not a criterion step: the route the flag says

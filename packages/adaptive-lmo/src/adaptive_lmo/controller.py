@@ -34,6 +34,7 @@ from .criterion import (
     ledoit_wolf_shrinkage,
     row_moments,
     shrink_to_identity,
+    spectrum_gain,
     surrogate_decrease,
     switch_gain,
     t_quantile,
@@ -133,15 +134,19 @@ class ExponentController:
 
     def _exact_rule(self, it: LayerStep, crit: CriterionInputs) -> None:
         """Whether this layer's a = 0 steps take the exact polar factor until the next choice
-        (option ``exact_polar``, off by default).
+        (option ``exact_polar``).
 
         On the ``"auto"`` route a = 0 steps use torch Muon's five bfloat16 Newton-Schulz
         steps, which leave the small normalised singular values of a wide spectrum far below
         1 (:func:`adaptive_lmo.fractional.ns_spectrum`). The surrogate scores both spectra
-        with the same statistics: the exact factor (all ones) is used when its predicted
-        one-step decrease beats Newton-Schulz's by at least ``min_gain``, the same price as
-        an exponent off 0 (an SVD per step). No argmax is involved (both spectra are fixed
-        maps of ``s``), so the point estimate carries no winner's-curse bias.
+        with the same statistics: the exact factor (all ones) is used when the lower
+        ``switch_confidence`` bound of its predicted gain in one-step decrease over
+        Newton-Schulz's (:meth:`_spectrum_bound`, the rows' delta-method variance on both
+        K-FAC factors) reaches ``min_gain``, the price of an SVD per step, as for an exponent
+        off 0. Both spectra are fixed maps of ``s`` (no argmax, so no winner's curse), but
+        the point estimate swings with the rows from one criterion step to the next (on the
+        overhead benchmark between -22% and +34%): the bound keeps the SVD for a loss the
+        statistics resolve. ``switch_confidence=0``: the point estimate.
         """
         st, g = self.state[it.p], it.group
         st["exact_a0"] = False
@@ -154,13 +159,16 @@ class ExponentController:
         ):
             return
         s, d, curv = crit.s, crit.d, crit.curv
-        W = torch.stack([torch.ones_like(s, dtype=torch.float64), ns_spectrum(s)])
-        dec = weighted_decrease(W, s, curv, d)
+        ones, ns = torch.ones_like(s, dtype=torch.float64), ns_spectrum(s)
+        dec = weighted_decrease(torch.stack([ones, ns]), s, curv, d)
         loss = float(dec[0] / dec[1]) - 1.0
-        st["ns_loss"] = loss
-        if loss > 0 and loss >= g.get("min_gain", 0.0):
+        z, mg = g.get("switch_confidence", 0.0), g.get("min_gain", 0.0)
+        low = self._spectrum_bound(ones, ns, it, crit, loss, z) if z > 0 and loss > 0 else loss
+        st["ns_loss"], st["ns_loss_bound"] = loss, low
+        if loss > 0 and low >= mg:
             st["exact_a0"] = True
-            st["source"] += f"; exact polar at a = 0 (Newton-Schulz loses {loss:.2%})"
+            bound = f", lower {z:g} bound {low:.2%}" if z > 0 else ""
+            st["source"] += f"; exact polar at a = 0 (Newton-Schulz loses {loss:.2%}{bound})"
 
     def _mixture_rule(self, it: LayerStep, crit: CriterionInputs) -> None:
         """Whether this layer's steps off a = 0 take the Newton-Schulz mixture until the next
@@ -291,13 +299,30 @@ class ExponentController:
     def _gain_bound(
         self, a: float, it: LayerStep, crit: CriterionInputs, gain: float, z: float
     ) -> float:
-        r"""One-sided lower ``z`` confidence bound of the relative gain of ``a`` over a = 0.
+        r"""One-sided lower ``z`` confidence bound of the relative gain of ``a`` over a = 0:
+        :meth:`_spectrum_bound` for the members :math:`(s/s_{max})^a` and :math:`1`."""
+        s64 = crit.s.to(torch.float64)
+        top = s64.amax(-1, keepdim=True)
+        return self._spectrum_bound((s64 / top).pow(a), (s64 / top).pow(0.0), it, crit, gain, z)
+
+    def _spectrum_bound(
+        self,
+        w_new: Tensor,
+        w_old: Tensor,
+        it: LayerStep,
+        crit: CriterionInputs,
+        gain: float,
+        z: float,
+    ) -> float:
+        r"""One-sided lower ``z`` confidence bound of the relative gain of the spectrum
+        ``w_new`` over ``w_old`` (in the direction's singular basis), whose point estimate is
+        ``gain``.
 
         The surrogate's denominator :math:`w^\top[(U^\top\hat BU)\circ(V^\top\hat\Sigma V)]w`
         is a mean over output-gradient rows with the input factor fixed, and equally a mean
         over input rows with the output factor fixed; to first order the two factors' row
         errors add, so the log-gain's variance is the sum of the two delta-method variances
-        of :func:`adaptive_lmo.criterion.switch_gain` (input side: rows ``X V``, factor
+        of :func:`adaptive_lmo.criterion.spectrum_gain` (input side: rows ``X V``, factor
         :math:`U^\top\hat BU`, or the identity for the input-only curvature). The bound is
         :math:`\exp(\log(1 + \text{gain}) - t_{z, n_{eff}-1}\,\text{s.e.}) - 1`, ``n_eff``
         the smaller Kish count of the two sides; fewer than 2 effective rows: ``-inf``.
@@ -315,7 +340,7 @@ class ExponentController:
             b = b.expand(*s.shape[:-1], -1, -1)
         sides.append((xz, b))
         for Z, C in sides:
-            _, se, ne = switch_gain(a, 0.0, s, Z, C, d, reduce=red)
+            _, se, ne = spectrum_gain(w_new, w_old, s, Z, C, d, reduce=red)
             if not math.isfinite(se):
                 return -math.inf
             var, n_eff = var + se * se, min(n_eff, ne)

@@ -86,6 +86,7 @@ __all__ = [
     "preload_quantiles",
     "row_moments",
     "shrink_to_identity",
+    "spectrum_gain",
     "surrogate_decrease",
     "surrogate_exponent",
     "switch_gain",
@@ -439,21 +440,51 @@ def switch_gain(
 ) -> tuple[float, float, float]:
     r"""Estimated gain of the K-FAC surrogate from ``a_old`` to ``a_new`` and its standard error.
 
-    The surrogate's denominator is a mean over the output-gradient rows :math:`z_t`
-    (in the ``U`` basis): :math:`(s^a)^\top[(U^\top\hat BU)\circ C]s^a = \tfrac1k\sum_t
-    f_t(a)`, :math:`f_t(a) = (z_t\circ s^a)^\top C (z_t\circ s^a)` (``C`` = the input factor
-    :math:`V^\top\hat\Sigma V`, treated as known). So the log-decrease gain
-    :math:`L = \log\Delta(a_{new}) - \log\Delta(a_{old}) = 2\log(n_{new}/n_{old}) -
-    \log(\bar f_{new}/\bar f_{old})` has, by the delta method over i.i.d. rows, the variance
-    :math:`\frac1{k(k-1)}\sum_t h_t^2` with :math:`h_t = f_t(a_{new})/\bar f_{new} -
-    f_t(a_{old})/\bar f_{old}` (whose mean is exactly 0). When one row carries both
-    denominators, :math:`h_t \approx 0` on it and this error is :math:`\approx 0`: a sample
-    cannot show its own variance, which is why the optimizer compares the gain with a
-    Student-t quantile at ``n_eff - 1`` degrees of freedom, ``n_eff`` Kish's effective number
-    of rows :math:`(\sum_t f_t)^2/\sum_t f_t^2`.
+    :func:`spectrum_gain` for the family's members, :math:`w = (s/s_{max})^a`.
 
     Args:
         a_new, a_old: exponents in [0, 1].
+        s, Z, C, d, reduce: as for :func:`spectrum_gain`.
+
+    Returns:
+        ``(gain, standard error, n_eff)``, as :func:`spectrum_gain`.
+    """
+    s64 = s.to(torch.float64)
+    w_new = (s64 / s64.amax(-1, keepdim=True)).pow(a_new)
+    w_old = (s64 / s64.amax(-1, keepdim=True)).pow(a_old)
+    return spectrum_gain(w_new, w_old, s, Z, C, d, reduce)
+
+
+def spectrum_gain(
+    w_new: Tensor,
+    w_old: Tensor,
+    s: Tensor,
+    Z: Tensor | None,
+    C: Tensor,
+    d: Tensor | None = None,
+    reduce: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[float, float, float]:
+    r"""Estimated gain of the K-FAC surrogate from spectrum ``w_old`` to ``w_new``, with its
+    standard error: the directions :math:`U\,\mathrm{diag}(w)\,V^\top` in the scored
+    direction's singular basis (a family member, :math:`w = s^a`, or any spectrum map, e.g.
+    Newton-Schulz's against the exact polar factor's ones).
+
+    The surrogate's denominator is a mean over the output-gradient rows :math:`z_t`
+    (in the ``U`` basis): :math:`w^\top[(U^\top\hat BU)\circ C]w = \tfrac1k\sum_t
+    f_t(w)`, :math:`f_t(w) = (z_t\circ w)^\top C (z_t\circ w)` (``C`` = the input factor
+    :math:`V^\top\hat\Sigma V`, treated as known). So the log-decrease gain
+    :math:`L = \log\Delta(w_{new}) - \log\Delta(w_{old}) = 2\log(n_{new}/n_{old}) -
+    \log(\bar f_{new}/\bar f_{old})` (:math:`n = \sum_i d_i w_i`) has, by the delta method
+    over i.i.d. rows, the variance :math:`\frac1{k(k-1)}\sum_t h_t^2` with :math:`h_t =
+    f_t(w_{new})/\bar f_{new} - f_t(w_{old})/\bar f_{old}` (whose mean is exactly 0). When one
+    row carries both denominators, :math:`h_t \approx 0` on it and this error is
+    :math:`\approx 0`: a sample cannot show its own variance, which is why the optimizer
+    compares the gain with a Student-t quantile at ``n_eff - 1`` degrees of freedom,
+    ``n_eff`` Kish's effective number of rows :math:`(\sum_t f_t)^2/\sum_t f_t^2`.
+
+    Args:
+        w_new, w_old: ``(..., r)`` non-negative spectra (the gain does not change when
+            either is scaled).
         s: ``(..., r)`` singular values of the scored direction.
         Z: ``(..., k, r)`` output-gradient rows in the ``U`` basis (None: this process has no
             rows, it only contributes zeros to ``reduce``).
@@ -467,12 +498,19 @@ def switch_gain(
         rows :math:`(\sum_t f_t)^2/\sum_t f_t^2` of the two denominators. Gain and error
         are NaN (and ``n_eff`` 0) when a denominator is 0 or not finite or fewer than 2 rows
         were seen (nothing resolved).
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> s, C = torch.tensor([1.0, 0.1], dtype=torch.float64), torch.eye(2, dtype=torch.float64)
+        >>> Z = torch.randn(50, 2, generator=g, dtype=torch.float64)
+        >>> gain, se, n_eff = spectrum_gain(s, torch.ones_like(s), s, Z, C)  # a = 1 over a = 0
+        >>> gain > 0 and se > 0 and 1 < n_eff <= 50
+        True
     """
     red = reduce or (lambda t: t)
     s64, C64 = s.to(torch.float64), C.to(torch.float64)
     d64 = s64 if d is None else d.to(torch.float64)
-    w_new = (s64 / s64.amax(-1, keepdim=True)).pow(a_new)
-    w_old = (s64 / s64.amax(-1, keepdim=True)).pow(a_old)
+    w_new, w_old = w_new.to(torch.float64), w_old.to(torch.float64)
     n_new, n_old = (d64 * w_new).sum(), (d64 * w_old).sum()
     # the k x r x r row products in the statistics' own precision (float32 for float32
     # layers: a standard error needs no float64, and they were half of a criterion step);

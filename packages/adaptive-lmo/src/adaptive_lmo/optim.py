@@ -158,12 +158,15 @@ class AdaptiveLMO(ExponentController, Optimizer):
         exact_polar: ``method="auto"`` only; off by default. When True, each criterion step
             of a layer at a = 0 also scores the exact polar factor against the spectrum torch
             Muon's Newton-Schulz would give (:func:`adaptive_lmo.fractional.ns_spectrum`)
-            with the same surrogate; where Newton-Schulz loses at least ``min_gain``, that
-            layer's a = 0 steps take the exact polar factor (an SVD per step) until its next
-            criterion step (``geometry()["exact_polar"]``). Off by default: on the overhead
-            benchmark the point estimate swung between -22% and +34% from one criterion step
-            to the next and flagged two of three layers (2.7x torch Muon), and on
-            teacher-student it did not restore the exact route's result (docs/overhead.md).
+            with the same surrogate; where the lower ``switch_confidence`` bound of
+            Newton-Schulz's loss reaches ``min_gain`` (the point estimate with
+            ``switch_confidence=0``), that layer's a = 0 steps take the exact polar factor
+            (an SVD per step) until its next criterion step (``geometry()["exact_polar"]``).
+            Meant for layers with ill-conditioned inputs (teacher-student's layer B, with
+            ``fisher_backward``: README, Results). Off by default: on the overhead benchmark
+            the estimate swings between -22% and +51% from one criterion step to the next,
+            far beyond its row-sampling error, and flags a quarter of the layer-steps
+            (docs/overhead.md).
         backoff: criterion steps of a layer whose choice is stable (same route, exponent
             moved by at most one grid step) are spaced ``update_every * 2**j`` steps apart,
             ``j`` the number of stable choices in a row, capped at ``backoff`` (default 3:
