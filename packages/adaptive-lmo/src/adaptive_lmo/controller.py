@@ -143,10 +143,11 @@ class ExponentController:
         ``switch_confidence`` bound of its predicted gain in one-step decrease over
         Newton-Schulz's (:meth:`_spectrum_bound`, the rows' delta-method variance on both
         K-FAC factors) reaches ``min_gain``, the price of an SVD per step, as for an exponent
-        off 0. Both spectra are fixed maps of ``s`` (no argmax, so no winner's curse), but
-        the point estimate swings with the rows from one criterion step to the next (on the
-        overhead benchmark between -22% and +34%): the bound keeps the SVD for a loss the
-        statistics resolve. ``switch_confidence=0``: the point estimate.
+        off 0: an SVD per step is paid only for a loss the rows resolve. Both spectra are
+        fixed maps of ``s`` (no argmax, so no winner's curse). ``switch_confidence=0``: the
+        point estimate. Off by default: on the overhead benchmark the estimate moves between
+        -23% and +51% from one criterion step to the next while its bound sits about 2%
+        below it, so those moves are not row noise (docs/teacher-student-routes.md).
         """
         st, g = self.state[it.p], it.group
         st["exact_a0"] = False

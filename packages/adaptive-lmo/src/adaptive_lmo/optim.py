@@ -164,7 +164,7 @@ class AdaptiveLMO(ExponentController, Optimizer):
             (an SVD per step) until its next criterion step (``geometry()["exact_polar"]``).
             Meant for layers with ill-conditioned inputs (teacher-student's layer B, with
             ``fisher_backward``: README, Results). Off by default: on the overhead benchmark
-            the estimate swings between -22% and +51% from one criterion step to the next,
+            the estimate moves between -23% and +51% from one criterion step to the next,
             far beyond its row-sampling error, and flags a quarter of the layer-steps
             (docs/overhead.md).
         backoff: criterion steps of a layer whose choice is stable (same route, exponent
