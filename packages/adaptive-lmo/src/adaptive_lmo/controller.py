@@ -32,6 +32,7 @@ from .criterion import (
     curvature_along,
     curvature_matrix,
     ledoit_wolf_shrinkage,
+    member_spectrum,
     row_moments,
     shrink_to_identity,
     spectrum_gain,
@@ -302,9 +303,8 @@ class ExponentController:
     ) -> float:
         r"""One-sided lower ``z`` confidence bound of the relative gain of ``a`` over a = 0:
         :meth:`_spectrum_bound` for the members :math:`(s/s_{max})^a` and :math:`1`."""
-        s64 = crit.s.to(torch.float64)
-        top = s64.amax(-1, keepdim=True)
-        return self._spectrum_bound((s64 / top).pow(a), (s64 / top).pow(0.0), it, crit, gain, z)
+        w_new, w_old = member_spectrum(crit.s, a), member_spectrum(crit.s, 0.0)
+        return self._spectrum_bound(w_new, w_old, it, crit, gain, z)
 
     def _spectrum_bound(
         self,

@@ -82,6 +82,7 @@ __all__ = [
     "kfac_curvature",
     "ledoit_wolf_shrinkage",
     "loglog_exponent",
+    "member_spectrum",
     "moments_in_basis",
     "preload_quantiles",
     "row_moments",
@@ -449,10 +450,14 @@ def switch_gain(
     Returns:
         ``(gain, standard error, n_eff)``, as :func:`spectrum_gain`.
     """
+    return spectrum_gain(member_spectrum(s, a_new), member_spectrum(s, a_old), s, Z, C, d, reduce)
+
+
+def member_spectrum(s: Tensor, a: float) -> Tensor:
+    """The family member's spectrum :math:`(s/s_{max})^a` of each matrix, float64
+    (``s``: ``(..., r)``; the scale, which no gain sees, is the largest value's)."""
     s64 = s.to(torch.float64)
-    w_new = (s64 / s64.amax(-1, keepdim=True)).pow(a_new)
-    w_old = (s64 / s64.amax(-1, keepdim=True)).pow(a_old)
-    return spectrum_gain(w_new, w_old, s, Z, C, d, reduce)
+    return (s64 / s64.amax(-1, keepdim=True)).pow(a)
 
 
 def spectrum_gain(
