@@ -35,8 +35,11 @@ CELLS = [("ns0", "ns0"), ("ns0", "exact0"), ("exact0", "ns0"), ("exact0", "exact
          ("a1", "ns0"), ("a1", "exact0")]  # fmt: skip
 
 
-def train(cfg: dict, seed: int, lr: float, cell: tuple[str, str] | None) -> float:
-    """Test MSE of one seed: ``cell`` = (A's route, B's route), or None for torch Muon."""
+def train(
+    cfg: dict, seed: int, lr: float, cell: tuple[str, str] | None, schedule: str = "constant"
+) -> float:
+    """Test MSE of one seed: ``cell`` = (A's route, B's route), or None for torch Muon;
+    ``schedule="cosine"``: the lr decays to 0 over the run (both sides alike)."""
     pb = ts.make_problem(cfg, seed)
     seed_everything(seed)
     model = ts._make_student(cfg, seed)
@@ -48,11 +51,18 @@ def train(cfg: dict, seed: int, lr: float, cell: tuple[str, str] | None) -> floa
             a, method = ROUTES[route]
             groups.append({"params": [w], "exponent": a, "method": method})
         opt = AdaptiveLMO(groups, lr=lr, momentum=0.95, adjust_lr_fn="original", backoff=0)
+    sched = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg["steps"])
+        if schedule == "cosine"
+        else None
+    )
     X, Y = pb["train"]
     for idx in common.batch_indices(X.shape[0], cfg["batch"], cfg["steps"], seed):
         opt.zero_grad()
         F.mse_loss(model(X[idx]), Y[idx]).backward()
         opt.step()
+        if sched is not None:
+            sched.step()
     with torch.no_grad():
         return float(F.mse_loss(model(pb["test"][0]), pb["test"][1]))
 
@@ -61,17 +71,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lr", type=float, default=0.224)
     ap.add_argument("--full", action="store_true", help="the default-mode problem (8 seeds)")
+    ap.add_argument(
+        "--schedule",
+        choices=("constant", "cosine"),
+        default="constant",
+        help="constant lr (the experiment's) or cosine decay to 0 over the run",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     cfg = ts.config(quick=not args.full)
     seeds = range(cfg["seeds"])
-    muon = [train(cfg, s, args.lr, None) for s in seeds]
+    muon = [train(cfg, s, args.lr, None, args.schedule) for s in seeds]
     rows = [{"A": "torch Muon", "B": "torch Muon", "per_seed": muon,
              "mean": statistics.fmean(muon)}]  # fmt: skip
     print(f"torch Muon: {statistics.fmean(muon):.4f}")
     for cell in CELLS:
-        mse = [train(cfg, s, args.lr, cell) for s in seeds]
+        mse = [train(cfg, s, args.lr, cell, args.schedule) for s in seeds]
         logs = [math.log(a / b) for a, b in zip(mse, muon, strict=True)]
         m, sd = statistics.fmean(logs), statistics.stdev(logs)
         half = common.t_quantile(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
@@ -81,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{m:+.4f} [{m - half:+.4f}, {m + half:+.4f}]", flush=True)  # fmt: skip
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"lr": args.lr, "mode": "full" if args.full else "quick", "rows": rows},
+            json.dump({"lr": args.lr, "schedule": args.schedule,
+                       "mode": "full" if args.full else "quick", "rows": rows},
                       f, indent=1)  # fmt: skip
     return 0
 
