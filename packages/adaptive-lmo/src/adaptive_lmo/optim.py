@@ -483,9 +483,9 @@ class AdaptiveLMO(ExponentController, Optimizer):
         once; on criterion steps it runs one extra backward per sample, from ``output``
         with targets drawn from the model's own predictive distribution, through the layers
         whose exponent is due (no ``.grad`` is touched). Their K-FAC output factor
-        :math:`B = \mathbb{E}[g g^	op]` is then estimated from these rows instead of the
+        :math:`B = \mathbb{E}[g g^\top]` is then estimated from these rows instead of the
         user's loss gradients: in expectation it is the Gauss-Newton factor
-        :math:`\mathbb{E}[J^	op H J]` (``H`` the loss Hessian at the output), not the
+        :math:`\mathbb{E}[J^\top H J]` (``H`` the loss Hessian at the output), not the
         empirical Fisher, which a systematic residual biases (README: "Sampled-target
         Fisher"). ``geometry()`` reports ``"criterion (surrogate, kfac, sampled Fisher)"``.
 
@@ -494,11 +494,11 @@ class AdaptiveLMO(ExponentController, Optimizer):
                 last dimension, for ``"mse"`` any shape.
             loss: ``"cross_entropy"`` (targets ~ softmax(output); output gradient
                 ``softmax - onehot``) or ``"mse"`` (a Gaussian likelihood: output gradient
-                :math:`arepsilon \sim N(0, I)`, so :math:`H = I`; the criterion does not
+                :math:`\varepsilon \sim N(0, I)`, so :math:`H = I`; the criterion does not
                 depend on the noise scale).
             samples: target draws per example (each one more backward; more draws, less
                 noise in the factor: its relative error falls like :math:`1/\sqrt{N\cdot
-                        ext{samples}}`).
+                \text{samples}}`).
         """
         if loss not in FISHER_LOSSES:
             raise ValueError(f"loss must be one of {FISHER_LOSSES}, got {loss!r}")
