@@ -23,7 +23,7 @@ import math
 import statistics
 
 import torch
-import torch.nn.functional as F
+from _teacher_student_run import SCHEDULES, run_to_end
 
 import adaptive_lmo.experiments._common as common
 from adaptive_lmo import AdaptiveLMO
@@ -51,20 +51,7 @@ def train(
             a, method = ROUTES[route]
             groups.append({"params": [w], "exponent": a, "method": method})
         opt = AdaptiveLMO(groups, lr=lr, momentum=0.95, adjust_lr_fn="original", backoff=0)
-    sched = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg["steps"])
-        if schedule == "cosine"
-        else None
-    )
-    X, Y = pb["train"]
-    for idx in common.batch_indices(X.shape[0], cfg["batch"], cfg["steps"], seed):
-        opt.zero_grad()
-        F.mse_loss(model(X[idx]), Y[idx]).backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-    with torch.no_grad():
-        return float(F.mse_loss(model(pb["test"][0]), pb["test"][1]))
+    return run_to_end(cfg, pb, seed, model, opt, schedule=schedule)[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true", help="the default-mode problem (8 seeds)")
     ap.add_argument(
         "--schedule",
-        choices=("constant", "cosine"),
+        choices=SCHEDULES,
         default="constant",
         help="constant lr (the experiment's) or cosine decay to 0 over the run",
     )

@@ -30,7 +30,7 @@ import math
 import statistics
 
 import torch
-import torch.nn.functional as F
+from _teacher_student_run import run_to_end
 
 import adaptive_lmo.experiments._common as common
 from adaptive_lmo import AdaptiveLMO
@@ -57,22 +57,16 @@ def train(cfg: dict, name: str, lr: float, seed: int) -> dict:
     seed_everything(seed)
     model = ts._make_student(cfg, seed)
     opt = _optimizer(name, model, lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg["steps"])
-    X, Y = pb["train"]
     exps: dict[str, list[float]] = {"A": [], "B": []}
-    for idx in common.batch_indices(X.shape[0], cfg["batch"], cfg["steps"], seed):
-        opt.zero_grad()
-        out = model(X[idx])
-        if name.endswith("fisher_backward"):
-            opt.fisher_backward(out, "mse")
-        F.mse_loss(out, Y[idx]).backward()
-        opt.step()
-        sched.step()
+
+    def record() -> None:
         if isinstance(opt, AdaptiveLMO):
             for k, w in (("A", model.A.weight), ("B", model.B.weight)):
                 exps[k].append(float(opt.state[w].get("exponent", 0.0)))
-    with torch.no_grad():
-        val, test = (float(F.mse_loss(model(pb[s][0]), pb[s][1])) for s in ("val", "test"))
+
+    fisher = "mse" if name.endswith("fisher_backward") else None
+    val, test = run_to_end(cfg, pb, seed, model, opt, fisher=fisher, schedule="cosine",
+                           on_step=record)  # fmt: skip
     mean_exp = {k: statistics.fmean(v) for k, v in exps.items() if v}
     return {"val": val, "test": test, "mean_exponent": mean_exp}
 

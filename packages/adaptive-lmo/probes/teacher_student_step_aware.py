@@ -43,7 +43,7 @@ import math
 import statistics
 
 import torch
-import torch.nn.functional as F
+from _teacher_student_run import SCHEDULES, run_to_end
 
 import adaptive_lmo.controller as controller
 import adaptive_lmo.experiments._common as common
@@ -108,29 +108,14 @@ def train(cfg: dict, seed: int, lr: float, schedule: str, prototype: bool, log: 
                           backoff=0)  # fmt: skip
     else:
         opt = torch.optim.Muon([model.A.weight, model.B.weight], lr=lr, weight_decay=0.0)
-    sched = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg["steps"])
-        if schedule == "cosine"
-        else None
-    )
-    X, Y = pb["train"]
-    for idx in common.batch_indices(X.shape[0], cfg["batch"], cfg["steps"], seed):
-        opt.zero_grad()
-        out = model(X[idx])
-        if prototype:
-            opt.fisher_backward(out, "mse")
-        F.mse_loss(out, Y[idx]).backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-    with torch.no_grad():
-        return float(F.mse_loss(model(pb["test"][0]), pb["test"][1]))
+    fisher = "mse" if prototype else None
+    return run_to_end(cfg, pb, seed, model, opt, fisher=fisher, schedule=schedule)[1]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lr", type=float, default=0.224)
-    ap.add_argument("--schedule", choices=("constant", "cosine"), default="constant")
+    ap.add_argument("--schedule", choices=SCHEDULES, default="constant")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
