@@ -34,30 +34,28 @@ import torch.nn.functional as F
 import adaptive_lmo.experiments._common as common
 from adaptive_lmo import AdaptiveLMO
 from adaptive_lmo.experiments import teacher_student as ts
+from adaptive_lmo.fractional import lmo_direction
 from adaptive_lmo.options import adjust_lr_factor
 from shared_core.experiment.seeding import seed_everything
-from shared_core.polar import msign
 
 LR, MU = 0.224, 0.95
 
 
-def _ns(P: torch.Tensor) -> torch.Tensor:
-    Q = msign(P.to(torch.bfloat16), "muon", steps=5, dtype=torch.bfloat16, check_finite=False)
-    return Q.to(torch.float32)
+def _route(a: float, method: str):
+    """The optimizer's own direction for exponent ``a`` (``scale="polar"``): ``method="auto"``
+    at a = 0 is torch Muon's bf16 Newton-Schulz, ``"svd"`` the exact member."""
 
+    def direction(P: torch.Tensor) -> torch.Tensor:
+        return lmo_direction(P, a, method=method, check_finite=False)[0].to(torch.float32)
 
-def _member(P: torch.Tensor, a: float) -> torch.Tensor:
-    U, s, Vh = torch.linalg.svd(P.to(torch.float64), full_matrices=False)
-    w = s.pow(a)
-    w = w * math.sqrt(len(s)) / torch.linalg.vector_norm(w)  # scale="polar"
-    return ((U * w) @ Vh).to(torch.float32)
+    return direction
 
 
 ROUTES = {
-    "newton_schulz": _ns,
-    "exact": lambda P: _member(P, 0.0),
-    "a=0.5": lambda P: _member(P, 0.5),
-    "a=1": lambda P: _member(P, 1.0),
+    "newton_schulz": _route(0.0, "auto"),
+    "exact": _route(0.0, "svd"),
+    "a=0.5": _route(0.5, "svd"),
+    "a=1": _route(1.0, "svd"),
 }
 
 
